@@ -1,0 +1,35 @@
+# The two commands of the README. Both create .venv if missing and install into it;
+# a second run only reinstalls when pyproject.toml changed.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP_RUN := $(VENV)/.stamp-run
+STAMP_TEST := $(VENV)/.stamp-test
+PYTEST_ARGS ?=
+
+.PHONY: demo test lint bench clean
+
+$(BIN)/python:
+	$(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+
+$(STAMP_RUN): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e .
+	touch $@
+
+$(STAMP_TEST): pyproject.toml | $(BIN)/python
+	$(BIN)/python -m pip install --quiet -e '.[test,bench]'
+	touch $@ $(STAMP_RUN)
+
+demo: $(STAMP_RUN)
+	$(BIN)/thrifty demo
+
+test: $(STAMP_TEST)
+	$(BIN)/python -m pytest $(PYTEST_ARGS)
+
+lint: $(STAMP_TEST)
+	$(BIN)/ruff check src tests benchmarks
+	$(BIN)/mypy
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info

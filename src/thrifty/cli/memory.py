@@ -1,0 +1,10 @@
+"""``thrifty memory``: minimum-peak schedules and plans under a memory budget."""
+
+from __future__ import annotations
+
+import click
+
+
+@click.group()
+def group() -> None:
+    """Memory engine: order task graphs, recompute and offload under a budget."""

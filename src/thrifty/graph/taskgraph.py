@@ -1,0 +1,207 @@
+"""TaskGraph: tasks that read and write buffers, the type every memory planner works on.
+
+The memory model (shared by every planner, the simulator and the runtime):
+
+* running task ``t`` needs every buffer it reads resident, and allocates its outputs plus
+  its declared ``workspace`` bytes for the duration of ``t``;
+* a buffer with no producer is an *input*: it is resident when the run starts;
+* buffers in ``results`` (by default the sinks: buffers nobody reads) stay resident to the
+  end of the run.
+
+A task optionally carries something to run (``fn`` called with the values of ``reads`` in
+order, returning one value per entry of ``writes``; a single value when there is one
+write); planners only look at ids, sizes and times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from thrifty.errors import CycleError, GraphError
+
+TaskId = Hashable
+BufferId = Hashable
+
+
+@dataclass(frozen=True, slots=True)
+class Task:
+    """One unit of work: reads buffers, writes buffers, takes ``time`` units."""
+
+    id: TaskId
+    reads: tuple[BufferId, ...] = ()
+    writes: tuple[BufferId, ...] = ()
+    time: float = 0.0
+    workspace: int = 0
+    fn: Callable[..., Any] | None = field(default=None, compare=False)
+    kernel: str | None = None
+    attrs: Mapping[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass(frozen=True, slots=True)
+class Buffer:
+    """A piece of memory of ``size`` bytes, written by ``producer`` (``None`` for inputs)."""
+
+    id: BufferId
+    size: int
+    producer: TaskId | None = None
+
+
+class TaskGraph:
+    """An immutable DAG of tasks and buffers, with readers and order computed once.
+
+    Parameters
+    ----------
+    tasks, buffers:
+        Iterables of :class:`Task` and :class:`Buffer`. Task ids and buffer ids are separate
+        name spaces (a node-link file gives a task and its output buffer the same id).
+    results:
+        Buffers that stay resident to the end. ``None`` means every buffer no task reads.
+    name:
+        A label for messages and reports.
+
+    Example
+    -------
+    >>> g = TaskGraph([Task("a", writes=("x",), time=1.0), Task("b", reads=("x",),
+    ...                writes=("y",), time=2.0)], [Buffer("x", 8, "a"), Buffer("y", 4, "b")])
+    >>> g.order, g.readers["x"], sorted(g.results)
+    (('a', 'b'), ('b',), ['y'])
+    """
+
+    __slots__ = ("tasks", "buffers", "readers", "order", "results", "name", "_preds", "_succs")
+
+    def __init__(self, tasks: Iterable[Task], buffers: Iterable[Buffer],
+                 results: Iterable[BufferId] | None = None, name: str = "taskgraph") -> None:
+        task_map: dict[TaskId, Task] = {}
+        for t in tasks:
+            if t.id in task_map:
+                raise GraphError(f"{name}: duplicate task id {t.id!r}")
+            task_map[t.id] = t
+        buf_map: dict[BufferId, Buffer] = {}
+        for b in buffers:
+            if b.id in buf_map:
+                raise GraphError(f"{name}: duplicate buffer id {b.id!r}")
+            if not isinstance(b.size, int) or isinstance(b.size, bool) or b.size < 0:
+                raise GraphError(
+                    f"{name}: buffer {b.id!r} has size {b.size!r}; sizes are integers >= 0 bytes")
+            buf_map[b.id] = b
+        readers: dict[BufferId, list[TaskId]] = {b: [] for b in buf_map}
+        for t in task_map.values():
+            if not (t.time >= 0) or t.time != t.time:
+                raise GraphError(
+                    f"{name}: task {t.id!r} has time {t.time!r}; times are numbers >= 0")
+            if t.workspace < 0:
+                raise GraphError(f"{name}: task {t.id!r} has negative workspace {t.workspace}")
+            for b in t.reads:
+                if b not in buf_map:
+                    raise GraphError(f"{name}: task {t.id!r} reads unknown buffer {b!r}")
+                readers[b].append(t.id)
+            for b in t.writes:
+                if b not in buf_map:
+                    raise GraphError(f"{name}: task {t.id!r} writes unknown buffer {b!r}")
+                if buf_map[b].producer != t.id:
+                    raise GraphError(
+                        f"{name}: task {t.id!r} writes buffer {b!r} whose producer is "
+                        f"{buf_map[b].producer!r}")
+        for b in buf_map.values():
+            if b.producer is not None and b.producer not in task_map:
+                raise GraphError(f"{name}: buffer {b.id!r} has unknown producer {b.producer!r}")
+            if b.producer is not None and b.id not in task_map[b.producer].writes:
+                raise GraphError(
+                    f"{name}: buffer {b.id!r} names producer {b.producer!r}, "
+                    "which does not list it in its writes")
+        self.name = name
+        self.tasks: Mapping[TaskId, Task] = MappingProxyType(task_map)
+        self.buffers: Mapping[BufferId, Buffer] = MappingProxyType(buf_map)
+        self.readers: Mapping[BufferId, tuple[TaskId, ...]] = MappingProxyType(
+            {b: tuple(r) for b, r in readers.items()})
+        preds: dict[TaskId, list[TaskId]] = {t: [] for t in task_map}
+        succs: dict[TaskId, list[TaskId]] = {t: [] for t in task_map}
+        for t in task_map.values():
+            for b in t.reads:
+                p = buf_map[b].producer
+                if p is not None and p not in preds[t.id]:
+                    preds[t.id].append(p)
+                    succs[p].append(t.id)
+        self._preds = {t: tuple(p) for t, p in preds.items()}
+        self._succs = {t: tuple(s) for t, s in succs.items()}
+        self.order: tuple[TaskId, ...] = _topological_order(task_map, self._preds,
+                                                            self._succs, name)
+        if results is None:
+            res = frozenset(b for b, r in self.readers.items() if not r)
+        else:
+            res = frozenset(results)
+            unknown = [b for b in res if b not in buf_map]
+            if unknown:
+                raise GraphError(f"{name}: results name unknown buffers {unknown!r}")
+        self.results: frozenset[BufferId] = res
+
+    # -- structure -------------------------------------------------------------------------
+    def predecessors(self, task: TaskId) -> tuple[TaskId, ...]:
+        """Tasks that produce a buffer ``task`` reads (each once)."""
+        return self._preds[task]
+
+    def successors(self, task: TaskId) -> tuple[TaskId, ...]:
+        """Tasks that read a buffer ``task`` writes (each once)."""
+        return self._succs[task]
+
+    @property
+    def inputs(self) -> tuple[BufferId, ...]:
+        """Buffers with no producer: resident when a run starts."""
+        return tuple(b for b, buf in self.buffers.items() if buf.producer is None)
+
+    def total_time(self) -> float:
+        """The sum of all task times (the makespan of a run with no recomputation)."""
+        return float(sum(t.time for t in self.tasks.values()))
+
+    def __len__(self) -> int:
+        return len(self.tasks)
+
+    def __repr__(self) -> str:
+        return (f"TaskGraph({self.name!r}, tasks={len(self.tasks)}, "
+                f"buffers={len(self.buffers)}, results={len(self.results)})")
+
+
+def _topological_order(tasks: Mapping[TaskId, Task], preds: Mapping[TaskId, tuple | list],
+                       succs: Mapping[TaskId, tuple | list], name: str) -> tuple[TaskId, ...]:
+    """Kahn's algorithm, stable in insertion order; raises CycleError naming one cycle."""
+    indeg = {t: len(p) for t, p in preds.items()}
+    ready = [t for t in tasks if indeg[t] == 0]
+    ready.reverse()
+    order: list[TaskId] = []
+    while ready:
+        t = ready.pop()
+        order.append(t)
+        newly = []
+        for s in succs[t]:
+            indeg[s] -= 1
+            if indeg[s] == 0:
+                newly.append(s)
+        ready.extend(reversed(newly))
+    if len(order) != len(tasks):
+        left = {t for t, d in indeg.items() if d > 0}
+        cycle = find_cycle(left, lambda t: [p for p in preds[t] if p in left])
+        raise CycleError(
+            f"{name}: the graph has a cycle: {' -> '.join(map(repr, cycle + cycle[:1]))}",
+            cycle)
+    return tuple(order)
+
+
+def find_cycle(nodes: Iterable[Hashable],
+               neighbours: Callable[[Hashable], Iterable[Hashable]]) -> list[Hashable]:
+    """Return one cycle among ``nodes`` (every node there must lie on or lead to a cycle)."""
+    nodes = list(nodes)
+    if not nodes:
+        return []
+    seen_at: dict[Hashable, int] = {}
+    path: list[Hashable] = []
+    v = nodes[0]
+    while v not in seen_at:
+        seen_at[v] = len(path)
+        path.append(v)
+        v = next(iter(neighbours(v)))
+    cycle = path[seen_at[v]:]
+    cycle.reverse()  # neighbours are predecessors: reverse to read in edge direction
+    return cycle
