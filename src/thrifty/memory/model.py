@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from thrifty.errors import PlanError
+from thrifty.graph.taskgraph import TaskGraph
 
 StepOp = Literal["compute", "free", "offload", "prefetch"]
 STEP_OPS: tuple[str, ...] = ("compute", "free", "offload", "prefetch")
@@ -63,6 +64,33 @@ class Plan:
     @staticmethod
     def from_steps(steps: Sequence[Step | tuple[str, Hashable]], **kw: Any) -> Plan:
         return Plan(tuple(s if isinstance(s, Step) else Step(*s) for s in steps), **kw)
+
+    @staticmethod
+    def from_order(g: TaskGraph, order: Sequence[Hashable], **kw: Any) -> Plan:
+        """The plan of a Schedule: compute in ``order``, free each buffer (inputs included)
+        right after its last reader, keep results; a buffer nobody reads that is not a
+        result is freed right after it is written."""
+        pos = {t: i for i, t in enumerate(order)}
+        missing = [t for t in g.tasks if t not in pos]
+        if missing or len(pos) != len(order):
+            raise PlanError(f"an order must list each of the {len(g.tasks)} tasks once; "
+                            f"missing {missing[:5]!r}" if missing else "a task repeats")
+        last: dict[int, list[Hashable]] = {}
+        for b, readers in g.readers.items():
+            if b in g.results:
+                continue
+            producer = g.buffers[b].producer
+            when = max((pos[r] for r in readers), default=None)
+            if when is None:
+                if producer is None:
+                    continue
+                when = pos[producer]
+            last.setdefault(when, []).append(b)
+        steps: list[Step] = []
+        for i, t in enumerate(order):
+            steps.append(Step("compute", t))
+            steps.extend(Step("free", b) for b in last.get(i, ()))
+        return Plan(tuple(steps), **kw)
 
 
 @dataclass(frozen=True, slots=True)

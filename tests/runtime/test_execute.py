@@ -1,0 +1,138 @@
+"""Plan-driven execution: results equal the unplanned run; measured peak within the plan's."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from thrifty.errors import PlanError, ThriftyError
+from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+from thrifty.memory.simulate import simulate
+from thrifty.memory.model import Plan, Step
+from thrifty.runtime.execute import execute, nbytes
+
+N = 64
+
+
+def mlp_chain(depth: int = 6, seed: int = 0) -> tuple[TaskGraph, dict]:
+    """x0 -> h1 -> ... -> h_depth, each h = tanh(W h_prev); a loss reads every h (a fan-in)
+
+        x0 -> h1 -> h2 -> ... -> hd
+               \\     \\          \\
+                `----`-- ... --`--> loss
+    """
+    rng = np.random.default_rng(seed)
+    ws = [rng.standard_normal((N, N)) / np.sqrt(N) for _ in range(depth)]
+    tasks, bufs = [], [Buffer("x0", N * N * 8)]
+    prev = "x0"
+    for i in range(depth):
+        h = f"h{i + 1}"
+        tasks.append(Task(f"layer{i + 1}", reads=(prev,), writes=(h,), time=1.0,
+                          fn=lambda x, W=ws[i]: np.tanh(W @ x)))
+        bufs.append(Buffer(h, N * N * 8, f"layer{i + 1}"))
+        prev = h
+    hs = tuple(f"h{i + 1}" for i in range(depth))
+    tasks.append(Task("loss", reads=hs, writes=("loss",), time=1.0,
+                      fn=lambda *xs: np.array([sum(float(x.sum()) for x in xs)])))
+    bufs.append(Buffer("loss", 8, "loss"))
+    return TaskGraph(tasks, bufs, name="mlp"), {"x0": rng.standard_normal((N, N))}
+
+
+def recompute_plan(depth: int) -> Plan:
+    """Keep nothing but the newest activation; the loss needs all: recompute them in turn.
+
+    A plan that recomputes every layer once more before the loss, freeing as it goes, is not
+    possible (the loss reads all at once); instead: compute all, offload early ones, then
+    prefetch them back before the loss.
+    """
+    steps = []
+    for i in range(depth):
+        steps.append(("compute", f"layer{i + 1}"))
+        if i == 0:
+            steps.append(("free", "x0"))
+        if i >= 1:
+            steps.append(("offload", f"h{i}"))
+    for i in range(1, depth):
+        steps.append(("prefetch", f"h{i}"))
+    steps.append(("compute", "loss"))
+    steps += [("free", f"h{i + 1}") for i in range(depth)]
+    return Plan.from_steps(steps)
+
+
+@pytest.mark.parametrize("scheduler", ["sync", "threads"])
+def test_schedule_plan_equals_unplanned(scheduler):
+    g, inputs = mlp_chain()
+    plan = Plan.from_order(g, g.order)
+    r = execute(g, plan, inputs, scheduler=scheduler)
+    x = inputs["x0"]
+    total = 0.0
+    for t in g.order[:-1]:
+        x = g.tasks[t].fn(x)
+        total += float(x.sum())
+    assert r.results["loss"][0] == total
+    assert r.peak_bytes <= r.predicted_peak == simulate(g, g.order).peak
+
+
+@pytest.mark.parametrize("offload_dir", [None, "disk"])
+def test_offload_and_prefetch_round_trip(tmp_path, offload_dir):
+    g, inputs = mlp_chain()
+    ref = execute(g, Plan.from_order(g, g.order), inputs).results["loss"]
+    plan = recompute_plan(6)
+    d = tmp_path if offload_dir else None
+    r = execute(g, plan, inputs, offload_dir=d)
+    np.testing.assert_array_equal(r.results["loss"], ref)
+    assert r.offloads == 5 and r.peak_bytes <= r.predicted_peak
+    if d is not None:
+        assert list(tmp_path.iterdir()) == []  # files removed after prefetch
+
+
+def test_recompute_counts_and_result():
+    # a -> x -> b -> y ; c reads x and y. Free x after b, recompute a before c.
+    g = TaskGraph([Task("a", writes=("x",), fn=lambda: np.arange(4.0)),
+                   Task("b", reads=("x",), writes=("y",), fn=lambda x: x * 2),
+                   Task("c", reads=("x", "y"), writes=("z",), fn=lambda x, y: x + y)],
+                  [Buffer("x", 32, "a"), Buffer("y", 32, "b"), Buffer("z", 32, "c")])
+    plan = Plan.from_steps([("compute", "a"), ("compute", "b"), ("free", "x"),
+                            ("compute", "a"), ("compute", "c"), ("free", "x"), ("free", "y")])
+    r = execute(g, plan, {})
+    np.testing.assert_array_equal(r.results["z"], np.arange(4.0) * 3)
+    assert r.recomputes == 1 and r.peak_bytes == r.predicted_peak == 96
+
+
+def test_invalid_plan_is_refused_before_running():
+    g, inputs = mlp_chain(2)
+    bad = Plan.from_steps([("compute", "layer2")])
+    with pytest.raises(PlanError, match="step 0"):
+        execute(g, bad, inputs)
+
+
+def test_missing_input_and_missing_fn():
+    g, _ = mlp_chain(2)
+    with pytest.raises(PlanError, match="no value given for input"):
+        execute(g, Plan.from_order(g, g.order), {})
+    g2 = TaskGraph([Task("a", writes=("x",))], [Buffer("x", 8, "a")])
+    with pytest.raises(PlanError, match="carry no function"):
+        execute(g2, Plan.from_order(g2, g2.order), {})
+
+
+def test_unknown_scheduler():
+    g, inputs = mlp_chain(2)
+    with pytest.raises(ThriftyError, match="unknown scheduler"):
+        execute(g, Plan.from_order(g, g.order), inputs, scheduler="gpu")
+
+
+def test_nbytes_of_sparse_and_tuples():
+    import scipy.sparse as sp
+
+    A = sp.random(10, 10, density=0.3, format="csr", random_state=0)
+    assert nbytes(A) == A.data.nbytes + A.indices.nbytes + A.indptr.nbytes
+    assert nbytes((np.ones(3), np.ones(2))) == 40 and nbytes(None) == 0
+
+
+def test_plan_from_order_frees_inputs_and_keeps_results():
+    g, _ = mlp_chain(3)
+    plan = Plan.from_order(g, g.order)
+    frees = [s.target for s in plan.steps if s.op == "free"]
+    assert "x0" in frees and "loss" not in frees
+    assert plan.steps[0] == Step("compute", "layer1")
+    assert simulate(g, plan).peak == simulate(g, g.order).peak
