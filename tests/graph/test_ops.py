@@ -7,8 +7,8 @@ import pytest
 
 import thrifty as th
 from thrifty.errors import ShapeError, SpecError
-from thrifty.graph.ops import OPS, get_op, infer_type, matmul_shape, normalize_einsum
 from thrifty.graph.ir import TensorType
+from thrifty.graph.ops import OPS, get_op, infer_type, matmul_shape, normalize_einsum
 from thrifty.graph.verify import verify
 
 RNG = np.random.default_rng(0)
@@ -79,7 +79,8 @@ def test_matmul_shapes(sa, sb):
     np.testing.assert_allclose(got, want, rtol=1e-12)
 
 
-@pytest.mark.parametrize("sa,sb", [((3, 4), (3, 4)), ((4,), (5,)), ((2, 3, 4), (3, 4, 5)), ((), (3,))])
+@pytest.mark.parametrize("sa,sb", [((3, 4), (3, 4)), ((4,), (5,)), ((2, 3, 4), (3, 4, 5)),
+                                   ((), (3,))])
 def test_matmul_mismatch_names_op_and_shapes(sa, sb):
     with pytest.raises(ShapeError, match=r"matmul.*" + r"\(.*\).*\(.*\)"):
         th.program(lambda a, b: a @ b).trace(a=(sa, "float64"), b=(sb, "float64"))

@@ -7,8 +7,8 @@ import pytest
 
 from thrifty.errors import PlanError, ThriftyError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
-from thrifty.memory.simulate import simulate
 from thrifty.memory.model import Plan, Step
+from thrifty.memory.simulate import simulate
 from thrifty.runtime.execute import execute, nbytes
 
 N = 64

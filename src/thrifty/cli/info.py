@@ -18,7 +18,7 @@ def collect() -> dict[str, Any]:
     """Everything ``thrifty info`` reports, as data."""
     from threadpoolctl import threadpool_info
 
-    versions = {}
+    versions: dict[str, str | None] = {}
     for p in PACKAGES:
         try:
             versions[p] = version(p)

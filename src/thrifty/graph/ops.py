@@ -97,16 +97,17 @@ def _sigmoid(x: np.ndarray) -> np.ndarray:
     return np.where(x >= 0, 1 / (1 + e), e / (1 + e))
 
 
-for _name, _fn in {"add": np.add, "sub": np.subtract, "mul": np.multiply,
-                   "div": np.true_divide}.items():
-    _elementwise(_name, _fn, 2)
-for _name, _fn in {"lt": np.less, "le": np.less_equal, "gt": np.greater,
-                   "ge": np.greater_equal, "eq": np.equal, "ne": np.not_equal}.items():
-    _elementwise(_name, _fn, 2)
-for _name, _fn, _cost in [("neg", np.negative, 1), ("abs", np.abs, 1), ("exp", np.exp, 1),
-                          ("log", np.log, 1), ("sqrt", np.sqrt, 1), ("relu", _relu, 1),
-                          ("sigmoid", _sigmoid, 4), ("tanh", np.tanh, 1)]:
-    _elementwise(_name, _fn, 1, _cost)
+_BINARY: dict[str, Callable[..., np.ndarray]] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.true_divide,
+    "lt": np.less, "le": np.less_equal, "gt": np.greater, "ge": np.greater_equal,
+    "eq": np.equal, "ne": np.not_equal}
+for _name, _bin in _BINARY.items():
+    _elementwise(_name, _bin, 2)
+_UNARY: list[tuple[str, Callable[..., np.ndarray], int]] = [
+    ("neg", np.negative, 1), ("abs", np.abs, 1), ("exp", np.exp, 1), ("log", np.log, 1),
+    ("sqrt", np.sqrt, 1), ("relu", _relu, 1), ("sigmoid", _sigmoid, 4), ("tanh", np.tanh, 1)]
+for _name, _un, _cost in _UNARY:
+    _elementwise(_name, _un, 1, _cost)
 
 
 def _where_ref(c: np.ndarray, x: np.ndarray, y: np.ndarray) -> np.ndarray:
@@ -180,7 +181,8 @@ _register(OpDef("matmul", 2, (), _matmul_infer, _matmul_flops, np.matmul, "matmu
 
 
 # -- einsum ----------------------------------------------------------------------------------
-def normalize_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]) -> tuple[str, dict[str, int]]:
+def normalize_einsum(subscripts: str,
+                     shapes: Sequence[tuple[int, ...]]) -> tuple[str, dict[str, int]]:
     """Explicit subscripts without ellipsis (``"ij,jk->ik"``) and every label's size.
 
     Ellipses are replaced by fresh labels; implicit mode follows numpy (labels that appear
@@ -308,7 +310,8 @@ def _reduce(name: str, fn: Callable[..., np.ndarray]) -> None:
             raise ShapeError(f"max: reduction over an empty axis of shape {t.shape} has no "
                              "identity")
         keep = bool(attrs["keepdims"])
-        shape = tuple((1 if i in axes else d) for i, d in enumerate(t.shape) if keep or i not in axes)
+        shape = tuple((1 if i in axes else d) for i, d in enumerate(t.shape)
+                      if keep or i not in axes)
         with np.errstate(all="ignore"):
             dt = np.asarray(fn(np.ones((1,) * t.ndim, dtype=t.dtype), axis=axes)).dtype.name
         return TensorType(shape, dt)

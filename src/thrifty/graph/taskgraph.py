@@ -80,13 +80,13 @@ class TaskGraph:
                 raise GraphError(f"{name}: duplicate task id {t.id!r}")
             task_map[t.id] = t
         buf_map: dict[BufferId, Buffer] = {}
-        for b in buffers:
-            if b.id in buf_map:
-                raise GraphError(f"{name}: duplicate buffer id {b.id!r}")
-            if not isinstance(b.size, int) or isinstance(b.size, bool) or b.size < 0:
-                raise GraphError(
-                    f"{name}: buffer {b.id!r} has size {b.size!r}; sizes are integers >= 0 bytes")
-            buf_map[b.id] = b
+        for buf in buffers:
+            if buf.id in buf_map:
+                raise GraphError(f"{name}: duplicate buffer id {buf.id!r}")
+            if not isinstance(buf.size, int) or isinstance(buf.size, bool) or buf.size < 0:
+                raise GraphError(f"{name}: buffer {buf.id!r} has size {buf.size!r}; sizes "
+                                 "are integers >= 0 bytes")
+            buf_map[buf.id] = buf
         readers: dict[BufferId, list[TaskId]] = {b: [] for b in buf_map}
         for t in task_map.values():
             if not (t.time >= 0) or t.time != t.time:
@@ -105,12 +105,13 @@ class TaskGraph:
                     raise GraphError(
                         f"{name}: task {t.id!r} writes buffer {b!r} whose producer is "
                         f"{buf_map[b].producer!r}")
-        for b in buf_map.values():
-            if b.producer is not None and b.producer not in task_map:
-                raise GraphError(f"{name}: buffer {b.id!r} has unknown producer {b.producer!r}")
-            if b.producer is not None and b.id not in task_map[b.producer].writes:
+        for buf in buf_map.values():
+            if buf.producer is not None and buf.producer not in task_map:
                 raise GraphError(
-                    f"{name}: buffer {b.id!r} names producer {b.producer!r}, "
+                    f"{name}: buffer {buf.id!r} has unknown producer {buf.producer!r}")
+            if buf.producer is not None and buf.id not in task_map[buf.producer].writes:
+                raise GraphError(
+                    f"{name}: buffer {buf.id!r} names producer {buf.producer!r}, "
                     "which does not list it in its writes")
         self.name = name
         self.tasks: Mapping[TaskId, Task] = MappingProxyType(task_map)
