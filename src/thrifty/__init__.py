@@ -21,6 +21,7 @@ from thrifty.errors import (
     SpecError,
     ThriftyError,
 )
+from thrifty.front.matrices import load_matrix, poisson2d, poisson3d, rmat
 from thrifty.front.trace import (
     Program,
     Tensor,
@@ -42,6 +43,7 @@ from thrifty.front.trace import (
 )
 from thrifty.graph.ir import Graph, Node, TensorType
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+from thrifty.graph.taskgraph_io import load_taskgraph, save_taskgraph
 
 try:
     __version__ = version("thrifty")
@@ -49,17 +51,11 @@ except PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0.0.0"
 
 
-def load_matrix(path: str):  # type: ignore[no-untyped-def]
-    """Read a sparse matrix file (Matrix Market, SuiteSparse .mat, Rutherford-Boeing) as CSR."""
-    from thrifty.front.matrices import load_matrix as _load
-
-    return _load(path)
-
-
 __all__ = [
     "Buffer", "CycleError", "FileFormatError", "FormatError", "Graph", "GraphError",
     "InfeasibleBudget", "Node", "PatternError", "PlanError", "Program", "ShapeError",
     "SpecError", "Task", "TaskGraph", "Tensor", "TensorType", "ThriftyError", "abs", "einsum",
-    "exp", "load_matrix", "log", "matmul", "max", "program", "relu", "sigmoid", "softmax",
-    "sqrt", "sum", "tanh", "transpose", "where", "__version__",
+    "exp", "load_matrix", "load_taskgraph", "log", "matmul", "max", "poisson2d", "poisson3d",
+    "program", "relu", "rmat", "save_taskgraph", "sigmoid", "softmax", "sqrt", "sum", "tanh",
+    "transpose", "where", "__version__",
 ]
