@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
+from thrifty.cli.memory_schedule import schedule
+
 
 @click.group()
 def group() -> None:
     """Memory engine: order task graphs, recompute and offload under a budget."""
+
+
+group.add_command(schedule)

@@ -1,0 +1,221 @@
+"""Minimum-peak scheduling: the best order of a task graph under eager frees, and what is proven.
+
+Policy (``method="auto"``):
+
+1. an in-forest is solved exactly by Liu's algorithm (:mod:`thrifty.memory.order.tree`),
+   a series-parallel graph whose buffers each have one reader by the algorithm of
+   Kayaaslan, Lambert, Marchal and Uçar (:mod:`thrifty.memory.order.sp`);
+2. otherwise every heuristic of :data:`thrifty.memory.order.HEURISTICS` runs (the file's
+   order, dask.order, DFS, BFS, reverse post-order, two greedy least-memory-first orders,
+   a beam search over executed sets; the last and dask.order only up to 10,000 and 20,000
+   tasks) and the best is kept;
+3. if that best is above the lower bound, windows around its peak are re-solved exactly
+   (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``), then the exact best-first
+   search over executed sets (:mod:`thrifty.memory.order.exact`, Serenity-style with
+   dominance pruning) looks for a better order in the rest of ``time_limit`` (graphs of
+   up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
+   still raises the proven lower bound.
+
+``optimal`` is True only when proven: by Liu's theorem or Kayaaslan et al.'s, by the search
+finishing, or by the peak meeting the lower bound: the bytes at the start, the results at the
+end, and for each task what it uses while it runs in every order (its reads, outputs and
+workspace, and every buffer made before it and read after it:
+:meth:`~thrifty.memory.order.compact.Compact.task_bounds`).
+Both exact polynomial algorithms are checked against the exhaustive search in the tests.
+
+Example
+-------
+>>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+>>> g = TaskGraph([Task("a", writes=("x",)), Task("b", reads=("x",), writes=("y",))],
+...               [Buffer("x", 8, "a"), Buffer("y", 4, "b")])
+>>> r = schedule(g)
+>>> r.order, r.peak, r.optimal
+(('a', 'b'), 12, True)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+from thrifty.errors import ThriftyError
+from thrifty.graph.taskgraph import TaskGraph
+from thrifty.graph.taskgraph_io import TaskGraphFile
+from thrifty.memory.model import ScheduleResult
+from thrifty.memory.order import HEURISTICS, Compact, exact_order, is_in_forest, liu_in_tree
+from thrifty.memory.order.compact import DENSE_BOUND_TASKS
+from thrifty.memory.order.exact import Lattice
+from thrifty.memory.order.heuristics import BEAM_MAX_TASKS
+from thrifty.memory.order.local import improve_order
+from thrifty.memory.order.sp import sp_order
+
+__all__ = ["METHODS", "schedule"]
+
+EXACT_MAX_TASKS = 5000
+"""Graphs with more tasks skip the exact search (its states are sets of tasks)."""
+
+DASK_MAX_TASKS = 20_000
+"""Above this many tasks ``auto`` skips dask.order (26 s for 50,000 tasks on 2 cores, where
+the other heuristics take under a second each); ``method="dask"`` still runs it."""
+
+PEAK_TASKS_BOUNDED = 16
+"""Above :data:`~thrifty.memory.order.compact.DENSE_BOUND_TASKS` tasks, the lower bound
+also counts what must be live across each of the tasks at this many highest steps of the
+best order (one linear walk each)."""
+
+LOCAL_SHARE = 0.4
+"""The share of ``time_limit`` spent re-solving windows around the peak before the search."""
+
+METHODS: tuple[str, ...] = ("auto", "liu", "sp", "exact", "heuristic", *HEURISTICS)
+"""Valid values of ``schedule(method=...)``."""
+
+
+def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: float = 10.0,
+             reference_order: Sequence[Hashable] | None = None) -> ScheduleResult:
+    """Order the tasks of ``g`` for the least memory peak (eager frees).
+
+    Parameters
+    ----------
+    g:
+        The task graph, or a file read by :func:`thrifty.graph.taskgraph_io.read_taskgraph`
+        (its reference order, if any, is then the ``"file"`` baseline).
+    method:
+        ``"auto"`` (see the module docstring), ``"liu"`` (in-forests only), ``"sp"``
+        (series-parallel graphs with one reader per buffer only), ``"exact"``
+        (the search alone, from no upper bound), ``"heuristic"`` (best heuristic, no search)
+        or the name of one heuristic or baseline (``"file"``, ``"dask"``, ``"dfs"``,
+        ``"bfs"``, ``"greedy"``, ``"greedy_delta"``, ``"postorder"``, ``"beam"``).
+    time_limit:
+        Seconds the local re-solving and the exact search may take together (the
+        heuristics and bounds come on top: about a second per 5,000 tasks).
+    reference_order:
+        A topological order to use as the ``"file"`` baseline (default: the file's order
+        when ``g`` is a file that has one, else the order the tasks are listed in when it
+        is topological, else ``g.order``).
+
+    Returns
+    -------
+    ScheduleResult
+        ``order`` (task ids), ``peak``, ``optimal`` (proven), ``lower_bound``, ``method``
+        (what produced the order) and ``info`` (``"peaks"``: each heuristic's peak,
+        ``"seconds"``, ``"states"``: executed sets the search stored).
+
+    Example
+    -------
+    >>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+    >>> g = TaskGraph([Task("a", writes=("x",))], [Buffer("x", 3, "a")])
+    >>> schedule(g, method="bfs").peak
+    3
+    """
+    if method not in METHODS:
+        raise ThriftyError(f"unknown scheduling method {method!r}; valid methods are "
+                           f"{', '.join(METHODS)}")
+    if not (time_limit >= 0):
+        raise ThriftyError(f"time_limit is {time_limit!r}; it must be a number of seconds >= 0")
+    t0 = time.perf_counter()
+    if isinstance(g, TaskGraphFile):
+        if reference_order is None:
+            reference_order = g.order
+        g = g.graph
+    c = Compact.of(g)
+    heuristics = dict(HEURISTICS)
+    if reference_order is not None:
+        ref = _reference(c, reference_order)
+    else:  # the order tasks are listed in, when it is topological (a file's node order)
+        try:
+            ref = _reference(c, list(g.tasks))
+        except ThriftyError:
+            ref = list(range(c.n))
+    heuristics["file"] = lambda _c: ref
+    bounds = c.task_bounds()
+    lb = c.lower_bound(bounds)
+    info: dict[str, Any] = {}
+
+    def done(order: list[int], how: str, optimal: bool, bound: int) -> ScheduleResult:
+        peak = c.peak_of(order)
+        if peak <= bound:
+            optimal = True
+        info["seconds"] = time.perf_counter() - t0
+        return ScheduleResult(order=c.to_ids(order), peak=peak, optimal=optimal,
+                              lower_bound=peak if optimal else bound, method=how, info=info)
+
+    if method == "liu" or (method == "auto" and is_in_forest(c)):
+        if not is_in_forest(c):
+            raise ThriftyError(f"{g.name} is not an in-forest (a task with two successors, an "
+                               "input of nonzero size, or an inner result); use method='auto'")
+        return done(liu_in_tree(c), "liu", True, lb)
+    if method in ("sp", "auto"):
+        sp = sp_order(c)
+        if sp is not None:
+            return done(sp, "sp", True, lb)
+        if method == "sp":
+            raise ThriftyError(f"{g.name} is not series-parallel with one reader per buffer "
+                               "(closed by a virtual source and sink); use method='auto'")
+    if method == "exact":
+        res = exact_order(c, None, time_limit=time_limit, task_bounds=bounds)
+        info["states"] = res.states
+        if res.order is not None:
+            return done(res.order, "exact", True, res.lower_bound)
+        raise ThriftyError(f"{g.name}: the exact search did not finish in {time_limit} s "
+                           f"(proven lower bound {res.lower_bound}); raise time_limit or use "
+                           "method='auto'")
+    if method in heuristics:
+        return done(heuristics[method](c), method, False, lb)
+    best_name, best_order, info["peaks"] = _best_heuristic(c, heuristics)
+    best_peak = info["peaks"][best_name]
+    if c.n > DENSE_BOUND_TASKS:  # bounds of the tasks where the best order peaks
+        during, _ = c.profile(best_order)
+        top = sorted(range(c.n), key=lambda k: -during[k])[:PEAK_TASKS_BOUNDED]
+        lb = max([lb, *(c.task_bound(best_order[k]) for k in top)])
+    if method == "heuristic" or best_peak <= lb:
+        return done(best_order, best_name, False, lb)
+    lattice = Lattice(c, bounds)
+    better = improve_order(c, best_order, lattice, time_limit=LOCAL_SHARE * time_limit,
+                           lower_bound=lb)
+    if c.peak_of(better) < best_peak:
+        best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
+    if best_peak <= lb or c.n > EXACT_MAX_TASKS:
+        return done(best_order, best_name, False, lb)
+    res = exact_order(c, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,
+                      lattice=lattice)
+    info["states"] = res.states
+    bound = max(lb, res.lower_bound)
+    if res.order is not None:
+        return done(res.order, "exact", True, bound)
+    return done(best_order, best_name, res.optimal, bound)
+
+
+def _best_heuristic(c: Compact, heuristics: dict[str, Callable[[Compact], list[int]]]
+                    ) -> tuple[str, list[int], dict[str, int]]:
+    """Run every heuristic (beam search and dask.order only up to their size limits); keep
+    the best."""
+    peaks: dict[str, int] = {}
+    best_name, best_order = "", []
+    for name, fn in heuristics.items():
+        if (name == "beam" and c.n > BEAM_MAX_TASKS) or (name == "dask"
+                                                         and c.n > DASK_MAX_TASKS):
+            continue
+        order = fn(c)
+        peaks[name] = c.peak_of(order)
+        if not best_name or peaks[name] < peaks[best_name]:
+            best_name, best_order = name, order
+    return best_name, best_order, peaks
+
+
+def _reference(c: Compact, order: Sequence[Hashable]) -> list[int]:
+    """Task numbers of a given order, checked to be a topological order of every task."""
+    pos = {t: i for i, t in enumerate(c.ids)}
+    try:
+        idx = [pos[t] for t in order]
+    except KeyError as e:
+        raise ThriftyError(f"reference_order names unknown task {e.args[0]!r}") from None
+    seen = [False] * c.n
+    for i in idx:
+        if seen[i] or not all(seen[p] for p in c.preds[i]):
+            raise ThriftyError(f"reference_order is not a topological order of every task once "
+                               f"(at task {c.ids[i]!r})")
+        seen[i] = True
+    if len(idx) != c.n:
+        raise ThriftyError(f"reference_order has {len(idx)} tasks; the graph has {c.n}")
+    return idx
