@@ -4,7 +4,12 @@ from __future__ import annotations
 
 import click
 
+from thrifty.cli.fp_formats import formats
+
 
 @click.group()
 def group() -> None:
     """Numerics engine: bit-exact formats, matrix units, error bounds."""
+
+
+group.add_command(formats)
