@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from thrifty.cli.fp_formats import formats
+from thrifty.cli.fp_units import COMMANDS as UNIT_COMMANDS
 
 
 @click.group()
@@ -13,3 +14,5 @@ def group() -> None:
 
 
 group.add_command(formats)
+for _command in UNIT_COMMANDS:
+    group.add_command(_command)

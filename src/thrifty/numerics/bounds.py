@@ -1,0 +1,469 @@
+"""Rounding-error bounds for dot products, GEMMs and whole programs run on a matrix unit.
+
+Policy
+------
+* :func:`a_priori_bound` derives a worst-case bound from the unit model's *own* parameters
+  (:class:`thrifty.numerics.units.UnitModel`): per step it counts the aligned terms that
+  can really be truncated (the term holding the largest exponent is exact when its last
+  bit lies inside the window), charges each at most one window ulp ``2^(E-F)`` (half for a
+  sticky bit), then the normaliser (``2^(1-p_n)``) and the final rounding (``2^(1-p)``
+  toward zero, ``2^-p`` to nearest), plus an underflow term; steps chain recursively.
+  The magnitude it multiplies is ``|c| + sum |a_i b_i|`` where each input below the
+  smallest normal counts as ``2^emin`` (subnormal significands do not fill the window).
+* :func:`gamma_bound` (recursive summation, ``gamma_n = n u / (1 - n u)``) and
+  :func:`block_fma_bound` (Blanchard, Higham, Lopez, Mary and Pranesh, "Mixed precision
+  block fused multiply-add: error analysis and application to GPU tensor cores", SISC 42,
+  2020: one rounding per block of ``b`` exact products) are the classical comparisons;
+  they assume exact internal accumulation, which truncating units do not have.
+* :func:`probabilistic_bound` is Higham and Mary's ("A new approach to probabilistic
+  rounding error analysis", SISC 41, 2019) ``gamma~_n(lambda) = exp(lambda sqrt(n) u +
+  n u^2 / (1-u)) - 1``, holding with probability ``1 - 2 n exp(-lambda^2 (1-u)^2 / 2)``
+  when rounding errors are independent with mean zero: it refuses biased units
+  (truncation, toward zero, directed rounding), naming the reason.
+* :func:`a_posteriori_bound` certifies the error of given inputs: the exact sum of the
+  magnitudes of everything each step dropped, in rational arithmetic, rounded up.
+* :func:`propagate_bounds` is an abstract interpreter over a Graph of the IR: per node a
+  bound on ``max |value|`` and on ``max |error|``, with per-node formats and the unit for
+  matmul/einsum contractions.
+
+Example
+-------
+>>> from thrifty.numerics.units import unit
+>>> b = a_priori_bound(unit("h100", input="bf16", output="fp32").model, 1024)
+>>> 0 < b.relative < 1e-4
+True
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from fractions import Fraction
+
+import numpy as np
+
+from thrifty.errors import FormatError, SpecError
+from thrifty.numerics.formats import Format, get_format
+from thrifty.numerics.units import Unit, UnitModel, reference_dot
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorBound:
+    """``|computed - exact| <= absolute + relative * magnitude``.
+
+    ``magnitude`` is the quantity the relative part multiplies (for a dot product
+    ``|c| + sum |a_i b_i|``, for a graph node a bound on ``max |exact value|``), when known.
+    ``probability`` is 1 for worst-case bounds. ``detail`` says how it was derived.
+    """
+
+    kind: str
+    relative: float
+    absolute: float
+    magnitude: float | None = None
+    probability: float = 1.0
+    detail: str = ""
+
+    @property
+    def value(self) -> float:
+        """The bound itself (``inf`` while the magnitude is unknown)."""
+        if self.magnitude is None or not all(
+                math.isfinite(x) for x in (self.magnitude, self.relative, self.absolute)):
+            return math.inf
+        return _up(Fraction(self.absolute) + Fraction(self.relative) * Fraction(self.magnitude))
+
+    def at(self, magnitude: float) -> ErrorBound:
+        """The same bound applied to a given magnitude."""
+        return ErrorBound(self.kind, self.relative, self.absolute, float(magnitude),
+                          self.probability, self.detail)
+
+    def to_json(self) -> dict[str, object]:
+        return {"kind": self.kind, "relative": self.relative, "absolute": self.absolute,
+                "magnitude": self.magnitude, "value": self.value,
+                "probability": self.probability, "detail": self.detail}
+
+
+def _up(x: Fraction) -> float:
+    """The smallest float64 >= x."""
+    f = float(x)
+    if math.isfinite(f) and Fraction(f) < x:
+        f = math.nextafter(f, math.inf)
+    return f
+
+
+def _pow2(e: int) -> Fraction:
+    return Fraction(2) ** e
+
+
+# ---------------------------------------------------------------------------------------
+# A priori: from the unit's parameters
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class StepErrorModel:
+    """What one step of a unit can lose, as exact rationals.
+
+    ``|step - exact step| <= eps * mu + eta`` with ``mu = |c~| + sum |a~_i b~_i|``.
+    """
+
+    eps: Fraction
+    eta: Fraction
+    truncated_terms: int
+    detail: str
+
+
+def _rounding_unit(rounding: str, p: int) -> Fraction:
+    return _pow2(-p) if rounding == "nearest_even" else _pow2(1 - p)
+
+
+def step_error_model(model: UnitModel) -> StepErrorModel:
+    """The per-step error of ``model``, counting the truncations it really makes.
+
+    For an interleaved unit this is the error of one of its two sub-steps.
+
+    Raises
+    ------
+    FormatError
+        When the model can lose carries (``carry_bits`` too few for ``fma`` terms): no
+        finite bound exists.
+    """
+    if model.interleave:  # two fused sub-steps of half the products each
+        model = replace(model, fma=-(-model.fma // 2), interleave=False)
+    fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
+                       get_format(model.output))
+    F = model.window_bits
+    n_prod = model.fma
+    notes = []
+    if F is None:
+        align = Fraction(0)
+        n_trunc = 0
+        notes.append("exact alignment")
+    else:
+        tau = Fraction(1, 2) if model.shifted_out == "sticky" else Fraction(1)
+        prod_top_exact = 2 * (fin.precision - 1) <= F
+        c_top_exact = facc.precision - 1 <= F
+        if model.c_in_alignment:
+            terms = n_prod + 1
+            n_trunc = terms - 1 if (prod_top_exact and c_top_exact) else terms
+            align = n_trunc * tau * _pow2(-F)
+        else:
+            n_trunc = n_prod - 1 if prod_top_exact else n_prod
+            align = n_trunc * tau * _pow2(-F)
+            tau2 = Fraction(1, 2) if model.late_shifted_out == "sticky" else Fraction(1)
+            align += 2 * tau2 * _pow2(-F) * (1 + align)
+            n_trunc += 2
+        notes.append(f"{n_trunc} truncated terms per step at most, window F={F}")
+        if model.carry_bits is not None and (n_prod + 1) > (1 << model.carry_bits):
+            raise FormatError(f"unit {model.name!r}: {model.carry_bits} carry bits cannot hold "
+                              f"the sum of {n_prod + 1} terms; no finite bound (carries "
+                              f"are lost); use carry_bits >= {math.ceil(math.log2(n_prod + 1))}")
+    delta = _rounding_unit(model.rounding, fout.precision)
+    if model.normalize_bits is not None and model.normalize_bits < fout.precision:
+        delta = (1 + _pow2(1 - model.normalize_bits)) * (1 + delta) - 1
+        notes.append(f"normaliser keeps {model.normalize_bits} bits")
+    eps = align + delta * (1 + align)
+    # underflow: final rounding spacing, normaliser spacing, flushed results, the addend's
+    # exponent clamp; flushed inputs are outside the a priori bound (see detail)
+    spacing = _pow2(fout.emin - fout.precision + 1)
+    eta = spacing if model.rounding != "nearest_even" else spacing / 2
+    if model.normalize_bits is not None:
+        eta += _pow2(fout.emin - model.normalize_bits + 1)
+    if not model.subnormals_out:
+        eta += _pow2(fout.emin)
+    eta += eps * _pow2(facc.emin)
+    if not model.subnormals_in:
+        notes.append("inputs assumed normal or zero (the unit flushes subnormal inputs)")
+    notes.append(f"final rounding {model.rounding} to p={fout.precision}")
+    return StepErrorModel(eps, eta, n_trunc, "; ".join(notes))
+
+
+def a_priori_bound(model: UnitModel, k: int) -> ErrorBound:
+    """Worst-case bound for a length-``k`` dot product ``c + sum a_i b_i`` on ``model``.
+
+    With ``S = ceil(k / fma)`` steps, ``|d - exact| <= ((1+eps)^S - 1) mu + S eta
+    (1+eps)^S``, ``mu = |c| + sum |a~_i b~_i|`` (inputs below the smallest normal count as
+    ``2^emin``). Each GEMM entry has the same bound with ``k`` its inner dimension.
+
+    Example
+    -------
+    >>> from thrifty.numerics.units import preset
+    >>> # one V100 step: 4 truncated terms of one window ulp (2^-23) + final truncation
+    >>> round(a_priori_bound(preset("v100", "fp16", "fp32"), 4).relative * 2**23, 6)
+    5.0
+    """
+    if k < 1:
+        raise SpecError(f"a dot product needs k >= 1 terms, got {k}")
+    st = step_error_model(model)
+    S = -(-k // model.fma) * (2 if model.interleave else 1)
+    grow = (1 + st.eps) ** S
+    rel = grow - 1
+    eta = S * st.eta * grow
+    return ErrorBound("a_priori", _up(rel), _up(eta),
+                      detail=f"{model.name} {model.input}->{model.output}, k={k}, {S} steps; "
+                             + st.detail)
+
+
+# ---------------------------------------------------------------------------------------
+# Classical comparisons
+# ---------------------------------------------------------------------------------------
+
+def _u(fmt: Format, rounding: str) -> Fraction:
+    return _rounding_unit(rounding, fmt.precision)
+
+
+def _gamma(n: int, u: Fraction) -> Fraction:
+    if n * u >= 1:
+        return Fraction(10) ** 300
+    return n * u / (1 - n * u)
+
+
+def gamma_bound(k: int, output: str = "fp32", rounding: str = "nearest_even") -> ErrorBound:
+    """Classical recursive-summation bound ``gamma_{k+1}`` for ``c + sum a_i b_i``.
+
+    Assumes every product and every addition is rounded once in ``output`` (``u = 2^-p``
+    to nearest, ``2^(1-p)`` for directed roundings); underflow ignored.
+    """
+    fmt = get_format(output)
+    g = _gamma(k + 1, _u(fmt, rounding))
+    return ErrorBound("gamma", _up(g), 0.0,
+                      detail=f"gamma_{k + 1} with u={float(_u(fmt, rounding)):.3g} ({fmt.name})")
+
+
+def block_fma_bound(k: int, block: int, output: str = "fp32",
+                    rounding: str = "nearest_even") -> ErrorBound:
+    """Blanchard et al. (SISC 2020) block-FMA bound: ``gamma_{ceil(k/b)}`` in the output.
+
+    Each block of ``b`` products is added to the accumulator exactly and rounded once;
+    underflow ignored.
+    """
+    fmt = get_format(output)
+    steps = -(-k // block)
+    g = _gamma(steps, _u(fmt, rounding))
+    return ErrorBound("block_fma", _up(g), 0.0,
+                      detail=f"gamma_{steps} (k={k}, block {block}) in {fmt.name}")
+
+
+def probabilistic_bound(model: UnitModel, k: int, failure: float = 1e-6) -> ErrorBound:
+    """Higham–Mary probabilistic bound; refuses biased units.
+
+    ``lambda`` is chosen so that ``2 n exp(-lambda^2 (1-u)^2 / 2) = failure`` with ``n``
+    the number of roundings (one per step).
+
+    Raises
+    ------
+    FormatError
+        When the unit's rounding errors are not mean-zero: final rounding other than
+        nearest-even, or alignment that truncates / rounds down (the analysis needs
+        independent, unbiased errors).
+    """
+    if model.rounding != "nearest_even":
+        raise FormatError(f"unit {model.name!r} rounds its result {model.rounding}: biased "
+                          "errors (all of one sign); the probabilistic bound of Higham and "
+                          "Mary needs mean-zero errors (nearest-even); use a_priori_bound")
+    if model.window_bits is not None:
+        raise FormatError(f"unit {model.name!r} {model.shifted_out}s aligned terms to a "
+                          f"{model.window_bits}-bit window: biased errors; the probabilistic "
+                          "bound needs mean-zero errors; use a_priori_bound")
+    if not 0 < failure < 1:
+        raise FormatError(f"failure probability must be in (0, 1), got {failure}")
+    fout = get_format(model.output)
+    u = float(_pow2(-fout.precision))
+    n = -(-k // model.fma)
+    lam = math.sqrt(2 * math.log(2 * n / failure)) / (1 - u)
+    g = math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u))
+    g = math.nextafter(g, math.inf)
+    return ErrorBound("probabilistic", g, 0.0, probability=1 - failure,
+                      detail=f"Higham-Mary, n={n} roundings, lambda={lam:.3f}")
+
+
+# ---------------------------------------------------------------------------------------
+# A posteriori: certified for given inputs
+# ---------------------------------------------------------------------------------------
+
+def dot_magnitude(model: UnitModel, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+    """``|c| + sum |a_i b_i|`` with inputs below the smallest normal counted as ``2^emin``.
+
+    Computed in float64 and rounded upward by a relative ``2^-50`` (a safe over-estimate).
+    """
+    fin = get_format(model.input)
+    tiny = math.ldexp(1.0, fin.emin)
+    A, B = np.abs(np.asarray(a, float)), np.abs(np.asarray(b, float))
+    A = np.where(A == 0, 0.0, np.maximum(A, tiny))
+    B = np.where(B == 0, 0.0, np.maximum(B, tiny))
+    C = np.abs(np.asarray(c, float))
+    C = np.where(C == 0, 0.0, np.maximum(C, math.ldexp(1.0, get_format(model.accumulator).emin)))
+    mu = C + (A * B).sum(axis=-1)
+    return mu * (1 + 2.0**-50)
+
+
+def exact_dot(a: np.ndarray, b: np.ndarray, c: float) -> Fraction:
+    """``c + sum a_i b_i`` as an exact rational."""
+    return Fraction(float(c)) + sum((Fraction(float(x)) * Fraction(float(y))
+                                     for x, y in zip(a, b)), Fraction(0))
+
+
+def a_posteriori_bound(u: Unit | UnitModel, a: np.ndarray, b: np.ndarray,
+                       c: float = 0.0) -> ErrorBound:
+    """Certified bound on the error of one dot product on these inputs.
+
+    The sum over steps of the exact magnitudes of what each alignment, carry, normaliser
+    and final rounding dropped (exact rationals, rounded up): by the triangle inequality
+    it bounds ``|computed - exact|``. ``magnitude`` holds the computed result.
+    """
+    model = u.model if isinstance(u, Unit) else u
+    losses: list[Fraction] = []
+    d = reference_dot(model, list(map(float, a)), list(map(float, b)), float(c), losses)
+    if not math.isfinite(d):
+        return ErrorBound("a_posteriori", math.inf, math.inf, d, detail="non-finite result")
+    total = sum(losses, Fraction(0))
+    return ErrorBound("a_posteriori", 0.0, _up(total), d,
+                      detail=f"exact losses over {len(losses)} steps")
+
+
+# ---------------------------------------------------------------------------------------
+# Propagation through a Graph
+# ---------------------------------------------------------------------------------------
+
+def _round_err(fmt: Format, mag: float) -> float:
+    """Bound on the error of rounding (nearest-even) a value of size <= mag into fmt."""
+    if fmt.name == "binary64":
+        return 0.0 if mag == 0 else float(mag) * 2.0**-53 * (1 + 2.0**-50)
+    return float(_up(Fraction(mag) * _pow2(-fmt.precision)
+                     + _pow2(fmt.emin - fmt.precision)))
+
+
+def _node_bound(mag: float, err: float, detail: str) -> ErrorBound:
+    return ErrorBound("propagated", 0.0, err, mag, detail=detail)
+
+
+def _contraction_length(graph: object, node: object) -> int:
+    from thrifty.graph.ops import normalize_einsum
+    types = [graph[i].type for i in node.inputs]  # type: ignore[index, attr-defined]
+    if node.op == "matmul":  # type: ignore[attr-defined]
+        return int(types[0].shape[-1])
+    if len(types) != 2:
+        raise SpecError(f"einsum with {len(types)} operands: only two-operand contractions "
+                        "are bounded")
+    spec, sizes = normalize_einsum(node.attrs["subscripts"],  # type: ignore[attr-defined]
+                                   [t.shape for t in types])
+    lhs, out = spec.split("->")
+    contracted = set(lhs.replace(",", "")) - set(out)
+    return int(np.prod([sizes[x] for x in contracted], dtype=np.int64)) if contracted else 1
+
+
+def propagate_bounds(graph: object, formats: Mapping[int | str, str], unit: Unit | None = None,
+                     *, ranges: Mapping[str, float] | None = None) -> dict[int, ErrorBound]:
+    """Per-node bounds on ``max |value|`` (``magnitude``) and ``max |error|`` (``value``).
+
+    ``formats`` maps node ids (or input names) to the format each node's result is stored
+    in (default binary64, nearly exact); ``ranges`` gives ``max |x|`` of every input;
+    ``unit`` computes matmul and two-operand einsum nodes (operands are first rounded to its
+    input format; result in its output format, then rounded to the node's format). Without
+    a unit contractions are recursive sums in the node's format. Ops with no sound rule
+    (division, log, sqrt, softmax, comparisons of inexact values) get an infinite bound
+    with the reason in ``detail``.
+
+    Example
+    -------
+    >>> import thrifty as th
+    >>> from thrifty.numerics.units import unit as mk
+    >>> g = th.program(lambda A, B: A @ B).trace(A=((4, 8), "float32"), B=((8, 2), "float32"))
+    >>> bb = propagate_bounds(g, {"A": "bf16", "B": "bf16"}, mk("a100", input="bf16"),
+    ...                       ranges={"A": 1.0, "B": 1.0})
+    >>> bb[g.outputs[0]].magnitude
+    8.0
+    """
+    ranges = dict(ranges or {})
+    missing = [n for n in graph.input_names if n not in ranges]  # type: ignore[attr-defined]
+    if missing:
+        raise SpecError(f"propagate_bounds needs ranges (max |x|) for inputs {missing}; "
+                        f"given for {sorted(ranges)}")
+    facts: dict[int, ErrorBound] = {}
+    for node in graph:  # type: ignore[attr-defined]
+        key = node.name if node.op == "input" and node.name in formats else node.id
+        fmt = get_format(formats.get(key, formats.get(node.id, "binary64")))
+        ins = [facts[i] for i in node.inputs]
+        m = [f.magnitude if f.magnitude is not None else math.inf for f in ins]
+        e = [f.absolute for f in ins]
+        op = node.op
+        if op == "input":
+            mag = float(ranges[node.name])
+            facts[node.id] = _node_bound(mag, _round_err(fmt, mag), f"input in {fmt.name}")
+            continue
+        if op == "const":
+            mag = float(np.max(np.abs(node.attrs["value"]))) if np.size(
+                node.attrs["value"]) else 0.0
+            facts[node.id] = _node_bound(mag, _round_err(fmt, mag), f"const in {fmt.name}")
+            continue
+        if op in ("add", "sub"):
+            mag = m[0] + m[1]
+            err = e[0] + e[1]
+        elif op == "mul":
+            mag = m[0] * m[1]
+            err = m[0] * e[1] + m[1] * e[0] + e[0] * e[1]
+        elif op in ("neg", "abs", "relu", "transpose") or (op == "max" and len(ins) == 1):
+            mag, err = m[0], e[0]
+        elif op == "where":
+            if e[0] != 0:
+                facts[node.id] = _node_bound(max(m[1], m[2]), math.inf,
+                                             "where: its condition is inexact and may flip")
+                continue
+            mag, err = max(m[1], m[2]), max(e[1], e[2])
+        elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
+            if e[0] or e[1]:
+                facts[node.id] = _node_bound(1.0, math.inf,
+                                             f"{op}: a comparison of inexact values may flip")
+                continue
+            facts[node.id] = _node_bound(1.0, 0.0, f"{op} of exact values")
+            continue
+        elif op == "exp":
+            mag = math.exp(m[0])
+            err = mag * math.expm1(e[0])
+        elif op == "sigmoid":
+            mag, err = 1.0, e[0] / 4
+        elif op == "tanh":
+            mag, err = min(1.0, m[0]), e[0]
+        elif op == "sum":
+            shape = graph[node.inputs[0]].type.shape  # type: ignore[index]
+            axes = node.attrs.get("axis") or tuple(range(len(shape)))
+            n = int(np.prod([shape[a] for a in axes], dtype=np.int64)) if shape else 1
+            mag = n * m[0]
+            err = n * e[0] + float(_up(_gamma(max(n - 1, 0), _pow2(-fmt.precision))
+                                       * Fraction(n * (m[0] + e[0]))))
+        elif op in ("matmul", "einsum"):
+            try:
+                k = _contraction_length(graph, node)
+            except SpecError as exc:
+                facts[node.id] = _node_bound(math.inf, math.inf, str(exc))
+                continue
+            mag = k * m[0] * m[1]
+            if unit is None:
+                err = k * (m[0] * e[1] + m[1] * e[0] + e[0] * e[1])
+                err += float(_up(_gamma(k, _pow2(-fmt.precision))
+                                 * Fraction(k * (m[0] + e[0]) * (m[1] + e[1]))))
+            else:
+                md = unit.model
+                fin = get_format(md.input)
+                ea = e[0] + _round_err(fin, m[0] + e[0])
+                eb = e[1] + _round_err(fin, m[1] + e[1])
+                err = k * (m[0] * eb + m[1] * ea + ea * eb)
+                tiny = math.ldexp(1.0, fin.emin)
+                mu = k * (m[0] + ea + tiny) * (m[1] + eb + tiny)
+                ap = a_priori_bound(md, k)
+                err += ap.relative * mu + ap.absolute
+                if get_format(md.output).name != fmt.name:
+                    err += _round_err(fmt, mag + err)
+                facts[node.id] = _node_bound(mag, _up(Fraction(err) * (1 + _pow2(-50))),
+                                             f"{op} k={k} on {md.name} "
+                                             f"{md.input}->{md.output}, stored {fmt.name}")
+                continue
+        else:
+            facts[node.id] = _node_bound(math.inf, math.inf,
+                                         f"{op}: no error-propagation rule (needs a lower "
+                                         "bound on an operand or is not Lipschitz here)")
+            continue
+        err = err + _round_err(fmt, mag + err)
+        facts[node.id] = _node_bound(mag, _up(Fraction(err) * (1 + _pow2(-50)))
+                                     if math.isfinite(err) else math.inf,
+                                     f"{op}, stored {fmt.name}")
+    return facts

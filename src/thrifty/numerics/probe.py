@@ -1,0 +1,420 @@
+"""Probing a matrix unit's arithmetic with feature tests, and inferring its model.
+
+Policy
+------
+The tests follow Fasi, Higham, Mikaitis and Pranesh ("Numerical behavior of NVIDIA tensor
+cores", PeerJ Comput. Sci. 2021) and Khattak and Mikaitis ("Generalized methodology for
+determining numerical features of hardware floating-point matrix multipliers", HPEC 2025;
+"Accurate models of NVIDIA tensor cores", ACM TACO 2025): each feature is exposed by a
+dot product whose result differs between the candidate behaviours, built from powers of
+two so that nothing but the feature can change it. A *black box* is any function
+``f(a, b, c) -> d`` over a batch: ``a``, ``b`` of shape ``(N, K)`` with input-format
+values, ``c`` of shape ``(N,)`` with output-format values, returning ``(N,)`` values.
+
+* :func:`emulated_black_box` hides a :class:`~thrifty.numerics.units.Unit` (tests recover
+  every preset's parameters from it);
+* :func:`torch_black_box` runs the dot products on a CUDA GPU through PyTorch, one case per
+  16x16 tile (``torch.baddbmm(..., out_dtype=)`` for fp16/bf16/tf32, ``torch._scaled_mm`` for
+  FP8). Note that cuBLAS may add ``c`` in its epilogue rather than in the MMA, which the
+  ``c``-placement tests then report.
+
+The inferred parameters (:class:`ProbeResult`) use :class:`UnitModel`'s names; the feature
+tests are, in order: group structure (windowed / exact, interleaved), alignment window
+``F``, treatment of shifted-out bits, group size, ``c`` placement, normaliser width, final
+rounding, subnormal inputs and outputs, exact products and carries.
+
+Example
+-------
+>>> from thrifty.numerics.units import unit
+>>> r = probe(emulated_black_box(unit("a100", input="bf16", output="fp32")), "bf16", "fp32")
+>>> r.params["fma"], r.params["align_bits"], r.params["rounding"]
+(8, 1, 'toward_zero')
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from thrifty.errors import FormatError
+from thrifty.numerics.formats import Format, get_format
+from thrifty.numerics.units import Unit, UnitModel
+
+BlackBox = Callable[[np.ndarray, np.ndarray, np.ndarray], np.ndarray]
+
+#: Products per probe case (finds group sizes up to K - 1).
+PROBE_K = 64
+
+
+@dataclass(frozen=True, slots=True)
+class ProbeResult:
+    """Parameters inferred from a black box, with the evidence behind each."""
+
+    input: str
+    output: str
+    params: dict[str, object]
+    evidence: dict[str, str] = field(default_factory=dict)
+    calls: int = 0
+    unobservable: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, object]:
+        return {"input": self.input, "output": self.output, "params": self.params,
+                "evidence": self.evidence, "calls": self.calls,
+                "unobservable": list(self.unobservable)}
+
+
+class _Prober:
+    """Builds probe cases from exact powers of two and runs them in batches."""
+
+    def __init__(self, f: BlackBox, fin: Format, fout: Format, k: int) -> None:
+        self.f, self.fin, self.fout, self.k = f, fin, fout, k
+        self.calls = 0
+        hi = min(2 * fin.emax - 2, fout.emax - 1, 30)
+        # the smallest product used: a product of normals that the output holds as a normal
+        lo = max(2 * fin.emin, fout.emin)
+        self.B = hi
+        self.lo = lo
+        self.span = hi - lo
+
+    def pair(self, e: int) -> tuple[float, float]:
+        """Normal input values ``a, b`` with ``a * b = 2**e``."""
+        fin = self.fin
+        ea = min(max(math.ceil(e / 2), fin.emin), fin.emax)
+        eb = e - ea
+        if not fin.emin <= eb <= fin.emax:
+            raise FormatError(f"2**{e} is not a product of two normal {fin.name} values")
+        return math.ldexp(1.0, ea), math.ldexp(1.0, eb)
+
+    def case(self, terms: dict[int, tuple[float, int]], c: float = 0.0,
+             k: int | None = None) -> tuple:
+        """A case: ``terms[pos] = (sign * significand, exponent)`` of each product.
+
+        ``k`` shortens the case to one step once the group size is known: later steps
+        would realign (and may truncate) a multi-bit result.
+        """
+        a = np.zeros(k or self.k)
+        b = np.zeros(k or self.k)
+        for pos, (sig, e) in terms.items():
+            x, y = self.pair(e)
+            a[pos], b[pos] = sig * x, y
+        return a, b, c
+
+    def run(self, cases: list[tuple]) -> np.ndarray:
+        self.calls += 1
+        a = np.stack([c[0] for c in cases])
+        b = np.stack([c[1] for c in cases])
+        c = np.array([c[2] for c in cases], dtype=np.float64)
+        return np.asarray(self.f(a, b, c), dtype=np.float64).reshape(-1)
+
+
+def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeResult:
+    """Run the feature tests against ``f`` and infer its :class:`UnitModel` parameters.
+
+    Raises
+    ------
+    FormatError
+        When the formats leave too little exponent range for the tests.
+    """
+    fin, fout = get_format(input), get_format(output)
+    P = _Prober(f, fin, fout, k)
+    if P.span < 12:
+        raise FormatError(f"{fin.name} -> {fout.name}: products span only 2^{P.span}; the "
+                          "probe needs at least 2^12")
+    B, g = P.B, P.span
+    params: dict[str, object] = {}
+    ev: dict[str, str] = {}
+    unobservable: list[str] = []
+    big, tiny = (1.0, B), (1.0, B - g)
+    neg = (-1.0, B)
+    x_tiny = math.ldexp(1.0, B - g)
+
+    # 1. structure: T1 = big - big + tiny in one window; T2 with the tiny at odd position 1
+    t1, t2 = P.run([P.case({0: big, 1: neg, 2: tiny}), P.case({0: big, 2: neg, 1: tiny})])
+    windowed = t1 != x_tiny
+    interleave = bool(windowed and t2 == x_tiny)
+    ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1) -> "
+                       + ("exact accumulation" if not windowed else
+                          "interleaved sub-steps" if interleave else "one aligned window"))
+    params["interleave"] = interleave
+    trip = (0, 2, 4) if interleave else (0, 1, 2)
+
+    # 2. alignment window F: largest t with big - big + 2^-t big exact
+    F: int | None = None
+    if windowed:
+        ts = list(range(1, g + 1))
+        r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - t)}) for t in ts])
+        ok = [t for t, v in zip(ts, r) if v == math.ldexp(1.0, B - t)]
+        Fm = max((t for t in ok if all(u in ok for u in range(1, t + 1))), default=0)
+        # 3. shifted-out bits, two positions beyond the window
+        tf = min(Fm + 3, g)
+        pos_r, neg_r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - tf)}),
+                              P.case({trip[0]: big, trip[1]: neg, trip[2]: (-1.0, B - tf)})])
+        if pos_r > 0:
+            mode, F = "sticky", Fm - 1
+        elif neg_r < 0:
+            mode, F = "round_down", Fm
+        else:
+            mode, F = "truncate", Fm
+        params["shifted_out"] = mode
+        ev["window"] = (f"2^-t kept below the largest term up to t={Fm}; 2^-{tf}: "
+                        f"+ gives {pos_r!r}, - gives {neg_r!r} -> F={F}, {mode}")
+    params["align_bits"] = None if F is None else F - 23
+    ev.setdefault("window", "exact: nothing below the largest term is lost")
+
+    # 4. group size
+    if windowed:
+        js = [j for j in range(2, k) if not interleave or j % 2 == 0]
+        first = {0: big, 1: neg} if not interleave else {0: big, 2: neg}
+        cases = []
+        for j in js:
+            terms = dict(first)
+            if j in terms:
+                continue
+            terms[j] = tiny
+            cases.append((j, P.case(terms)))
+        r = P.run([c for _, c in cases])
+        fma = next((j for (j, _), v in zip(cases, r) if v == x_tiny), None)
+        ev["fma"] = f"tiny after big-big survives first at position {fma}"
+    else:
+        big_c = math.ldexp(1.0, min(B, fout.emax - 1))
+        cases = [P.case({0: (1.0, B - g), j: (-1.0, int(math.log2(big_c)))}, c=big_c)
+                 for j in range(1, k)]
+        r = P.run(cases)
+        fma = next((j for j, v in zip(range(1, k), r) if v != x_tiny), None)
+        ev["fma"] = f"c + tiny - c stays exact while -c is within the first {fma} products"
+    params["fma"] = fma
+
+    # 5. c placement (windowed units only)
+    if F is not None:
+        xc = math.ldexp(1.0, B - min(F + 3, g))
+        r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
+        late = r_late == xc
+        params["c_in_alignment"] = not late
+        ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
+        if late:
+            bc = min(B, fout.emax - 1)
+            et = max(bc - F - 3, P.lo)
+            if et < bc - F:
+                r_rd, = P.run([P.case({trip[0]: (-1.0, et)}, c=math.ldexp(1.0, bc))])
+                params["late_shifted_out"] = "round_down" if r_rd < math.ldexp(1.0, bc) \
+                    else "truncate"
+                ev["late"] = f"2^{bc} - 2^{et}: {r_rd!r}"
+            else:
+                params["late_shifted_out"] = None
+                ev["late"] = "products cannot reach below the late window"
+    else:
+        params["c_in_alignment"] = True
+
+    # 6. normaliser width, 7. final rounding
+    pout = fout.precision
+    qmax_lim = min(pout - 1, (F + 1) if F is not None else pout - 1)
+    bb = min(B, fout.emax - 3)
+    spots = (0, 2, 4, 6) if interleave else (0, 1, 2, 3)
+    qs = list(range(1, qmax_lim + 1))
+    k1 = max(fma or k, 4 if not interleave else 8)
+    r = P.run([P.case({spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q)},
+                      k=k1) for q in qs])
+    exact_q = [q for q, v in zip(qs, r) if v == math.ldexp(1.0, bb + 1) + math.ldexp(1.0,
+                                                                                  bb + 1 - q)]
+    q_ok = max((q for q in exact_q if all(u in exact_q for u in range(1, q + 1))), default=0)
+    nb = q_ok + 1 if q_ok < qmax_lim else None
+    params["normalize_bits"] = nb
+    ev["normalize"] = f"2^(e+1)(1 + 2^-q) exact up to q={q_ok} (limit {qmax_lim})"
+    peff = nb if nb is not None else pout
+    q = peff - 1
+    if F is not None and q > F:
+        # the window cannot hold the tie bit: the final rounding never sees extra bits
+        params["rounding"] = None
+        unobservable.append("rounding")
+        ev["rounding"] = f"unobservable: the {F}-bit window is narrower than p={peff}"
+    else:
+        tie = {spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q),
+               spots[3]: (1.0, bb - q)}
+        r_tie, = P.run([P.case(tie, k=k1)])
+        lower = math.ldexp(1.0, bb + 1) + math.ldexp(1.0, bb + 1 - q)
+        params["rounding"] = "nearest_even" if r_tie > lower else "toward_zero"
+        ev["rounding"] = f"tie above an odd last bit at p={peff}: {r_tie!r} (lower {lower!r})"
+
+    # 8. subnormals in / out
+    sub_in = None
+    if fin.smallest_subnormal is not None:
+        s = fin.smallest_subnormal
+        bmax = math.ldexp(1.0, fin.emax)
+        want = s * bmax
+        if fout.emin <= math.frexp(want)[1] - 1 <= fout.emax:
+            a = np.zeros(k)
+            b = np.zeros(k)
+            a[0], b[0] = s, bmax
+            r_in, = P.run([(a, b, 0.0)])
+            sub_in = bool(r_in == want)
+            ev["subnormals_in"] = f"{s!r} * {bmax!r} -> {r_in!r}"
+    params["subnormals_in"] = sub_in
+    sub_out = None
+    e_sub = fout.emin - 1
+    if 2 * fin.emin <= e_sub:
+        r_out, = P.run([P.case({0: (1.0, e_sub)})])
+        sub_out = bool(r_out == math.ldexp(1.0, e_sub))
+        ev["subnormals_out"] = f"2^{e_sub} -> {r_out!r}"
+    params["subnormals_out"] = sub_out
+
+    # 9. exact products, 10. carries
+    p = fin.precision
+    if 2 * p - 1 <= min(peff, (F + 1) if F is not None else peff):
+        v = 1 + math.ldexp(1.0, 1 - p)
+        a = np.zeros(k1)
+        b = np.zeros(k1)
+        a[0] = b[0] = v
+        r_p, = P.run([(a, b, 0.0)])
+        params["products_exact"] = bool(r_p == v * v)
+        ev["products"] = f"(1+2^{1 - p})^2 -> {r_p!r}"
+    else:
+        params["products_exact"] = None
+    n = min(fma or 1, k)
+    top = 2 - math.ldexp(1.0, 1 - p)
+    a = np.zeros(max(n, k1))
+    b = np.zeros(max(n, k1))
+    bc = min(B, fout.emax - 2 - max(1, n).bit_length() - 2) // 2
+    a[:n] = top * math.ldexp(1.0, bc)
+    b[:n] = top * math.ldexp(1.0, bc)
+    r_c, = P.run([(a, b, 0.0)])
+    total = n * (top * math.ldexp(1.0, bc)) ** 2
+    params["carry_bits"] = None if abs(r_c - total) < total / 4 else 0
+    ev["carry"] = f"{n} maximal products: {r_c!r} vs {total!r}"
+    return ProbeResult(fin.name, fout.name, params, ev, P.calls, tuple(unobservable))
+
+
+_COMPARED = ("fma", "align_bits", "shifted_out", "interleave", "c_in_alignment",
+             "late_shifted_out", "normalize_bits", "rounding", "subnormals_in",
+             "subnormals_out", "carry_bits")
+
+
+def compare(result: ProbeResult, model: UnitModel) -> dict[str, tuple[object, object, bool]]:
+    """``{parameter: (model's value, inferred value, agree)}`` for the observable ones.
+
+    Parameters the tests cannot observe on this unit (shifted-out bits of an exact
+    accumulator, subnormal outputs out of reach of the inputs, a narrower normaliser
+    than the window shows) are left out.
+    """
+    out: dict[str, tuple[object, object, bool]] = {}
+    exact = model.align_bits is None
+    for name in _COMPARED:
+        if name in result.unobservable:
+            continue
+        if name not in result.params or result.params[name] is None and name in (
+                "subnormals_in", "subnormals_out"):
+            continue
+        if exact and name in ("shifted_out", "interleave", "c_in_alignment",
+                              "late_shifted_out"):
+            continue
+        if name == "late_shifted_out" and model.c_in_alignment:
+            continue
+        expected = getattr(model, name)
+        if name == "normalize_bits" and expected is not None and expected >= get_format(
+                model.output).precision:
+            expected = None
+        got = result.params[name]
+        out[name] = (expected, got, expected == got)
+    return out
+
+
+def emulated_black_box(u: Unit) -> BlackBox:
+    """A black box computing with the emulated unit ``u`` (its model stays hidden)."""
+    def f(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        return u.dot(a, b, c)
+    return f
+
+
+def torch_black_box(input: str, output: str, device: str = "cuda") -> BlackBox:
+    """A black box running each case on a GPU matrix unit through PyTorch.
+
+    Each case becomes one 16 x K by K x 16 product (row 0 of A holds ``a``, column 0 of
+    B holds ``b``, the rest zeros) so that cuBLAS picks tensor-core kernels; ``d = D[0, 0]``.
+    fp16/bf16 inputs use ``torch.baddbmm(C, A, B, out_dtype=)`` (C through cuBLAS's beta
+    path); tf32 uses float32 inputs with TF32 enabled; FP8 inputs use ``torch._scaled_mm``
+    with unit scales, one case at a time, and ``c`` is added afterwards in float64 (so the
+    ``c``-placement tests do not describe the MMA for FP8). cuBLAS chooses the kernel and
+    the order of its k-loop: the probe reports what that kernel does.
+
+    Raises
+    ------
+    FormatError
+        When PyTorch or a CUDA device is missing, or the format pair has no PyTorch path.
+    """
+    try:
+        import torch
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise FormatError("torch_black_box needs PyTorch (pip install torch)") from exc
+    if not torch.cuda.is_available():
+        raise FormatError("torch_black_box needs a CUDA device; none is available "
+                          "(use emulated_black_box to probe a model)")
+    fin, fout = get_format(input).name, get_format(output).name
+    tdt = {"binary16": torch.float16, "bfloat16": torch.bfloat16,
+           "tensorfloat32": torch.float32, "float8_e4m3fn": torch.float8_e4m3fn,
+           "float8_e5m2": torch.float8_e5m2}
+    odt = {"binary32": torch.float32, "binary16": torch.float16}
+    if fin not in tdt or fout not in odt:
+        raise FormatError(f"no PyTorch path for {fin} -> {fout}; inputs: {', '.join(tdt)}; "
+                          f"outputs: {', '.join(odt)}")
+    tile = 16
+
+    def f(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        n, k = a.shape
+        kp = -(-k // tile) * tile
+        A = torch.zeros((n, tile, kp), dtype=torch.float64)
+        Bm = torch.zeros((n, kp, tile), dtype=torch.float64)
+        A[:, 0, :k] = torch.from_numpy(a)
+        Bm[:, :k, 0] = torch.from_numpy(b)
+        C = torch.zeros((n, tile, tile), dtype=torch.float64)
+        C[:, 0, 0] = torch.from_numpy(np.asarray(c, dtype=np.float64))
+        if fin.startswith("float8"):
+            out = []
+            one = torch.ones((), device=device, dtype=torch.float32)
+            for i in range(n):
+                Ai = A[i].to(device=device, dtype=torch.float32).to(tdt[fin])
+                Bi = Bm[i].T.contiguous().to(device=device, dtype=torch.float32)
+                Bi = Bi.to(tdt[fin]).T
+                Di = torch._scaled_mm(Ai, Bi, scale_a=one, scale_b=one, out_dtype=odt[fout])
+                out.append(Di[0, 0].double().cpu() + C[i, 0, 0])
+            return torch.stack(out).numpy()
+        if fin == "tensorfloat32":
+            prev = torch.backends.cuda.matmul.allow_tf32
+            torch.backends.cuda.matmul.allow_tf32 = True
+            try:
+                D = torch.baddbmm(C.to(device, torch.float32), A.to(device, torch.float32),
+                                  Bm.to(device, torch.float32))
+            finally:
+                torch.backends.cuda.matmul.allow_tf32 = prev
+        else:
+            Ad, Bd = A.to(device, tdt[fin]), Bm.to(device, tdt[fin])
+            Cd = C.to(device, odt[fout])
+            if odt[fout] == tdt[fin]:
+                D = torch.baddbmm(Cd, Ad, Bd)
+            else:  # fp16/bf16 products accumulated into binary32 (aten::baddbmm.dtype)
+                D = torch.baddbmm(Cd, Ad, Bd, out_dtype=odt[fout])
+        return D[:, 0, 0].double().cpu().numpy()
+
+    return f
+
+
+def report(result: ProbeResult, model: UnitModel | None = None) -> str:
+    """A Markdown report of a probe run, with the comparison to ``model`` when given."""
+    lines = [f"# Matrix-unit probe: {result.input} -> {result.output}", "",
+             f"{result.calls} black-box calls.", "", "| parameter | inferred | evidence |",
+             "|---|---|---|"]
+    evid = {"fma": "fma", "align_bits": "window", "shifted_out": "window",
+            "interleave": "structure", "c_in_alignment": "c", "late_shifted_out": "late",
+            "normalize_bits": "normalize", "rounding": "rounding",
+            "subnormals_in": "subnormals_in", "subnormals_out": "subnormals_out",
+            "products_exact": "products", "carry_bits": "carry"}
+    for name, value in result.params.items():
+        lines.append(f"| {name} | {value} | {result.evidence.get(evid.get(name, ''), '')} |")
+    if model is not None:
+        lines += ["", f"## Compared with preset {model.name} ({model.input} -> "
+                  f"{model.output})", "", "| parameter | preset | inferred | agree |",
+                  "|---|---|---|---|"]
+        for name, (want, got, ok) in compare(result, model).items():
+            lines.append(f"| {name} | {want} | {got} | {'yes' if ok else 'NO'} |")
+    return "\n".join(lines) + "\n"
