@@ -1,0 +1,15 @@
+"""The README's examples run as doctests."""
+
+from __future__ import annotations
+
+import doctest
+from pathlib import Path
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def test_readme_examples():
+    result = doctest.testfile(str(README), module_relative=False,
+                              optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE)
+    assert result.attempted > 10
+    assert result.failed == 0
