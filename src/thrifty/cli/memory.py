@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from thrifty.cli.memory_plan import plan
 from thrifty.cli.memory_schedule import schedule
 
 
@@ -13,3 +14,4 @@ def group() -> None:
 
 
 group.add_command(schedule)
+group.add_command(plan)

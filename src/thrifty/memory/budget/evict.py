@@ -1,0 +1,392 @@
+"""Eviction planning: replay an order of tasks under a budget, evicting when memory runs out.
+
+The policy follows Dynamic Tensor Rematerialization (Kirisame et al., ICLR 2021): when a
+task needs room, evict the resident buffer with the least ``cost / (size * distance)``;
+an evicted buffer is later rematerialised on demand, by recomputing its producer
+(recursively, if that producer's inputs were evicted too) or, when it was offloaded, by a
+prefetch. Unlike DTR, which only sees the past, the order of first computations is known
+here, so ``distance`` is the compute time until the buffer's next use (Belady's rule,
+weighted by cost), and the cost of each way to evict (recompute time, or the stall a
+transfer cannot hide at the given bandwidth) is estimated with the copy-stream model of
+:mod:`thrifty.memory.simulate`. ``lookahead=False`` gives the plain DTR baseline (staleness
+instead of next use).
+
+A :class:`Policy` also carries per-buffer overrides (``force``), used by the local search
+of :mod:`thrifty.memory.budget.refine`, and a set of *checkpoints* for the √n baseline.
+"""
+
+from __future__ import annotations
+
+import bisect
+import heapq
+import math
+import random
+from collections.abc import Hashable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+from thrifty.graph.taskgraph import TaskGraph
+from thrifty.memory.model import Plan, Step
+
+__all__ = ["NoRoom", "Policy", "evict_plan"]
+
+_EPS = 1e-9
+_SCAN_LIMIT = 256
+_HEAP_CANDIDATES = 64
+
+
+class NoRoom(Exception):  # noqa: N818 - internal signal, never escapes plan()
+    """Internal: the policy found nothing left to evict (the budget is too small for it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """How :func:`evict_plan` chooses what to evict.
+
+    Attributes
+    ----------
+    lookahead:
+        Rank by compute time to the next use (``True``) or by staleness, as DTR (``False``).
+    recompute, offload:
+        Which ways of evicting are allowed (offload also needs a bandwidth).
+    force:
+        Per-buffer override: ``"keep"`` (never evict), ``"free"`` (only by recompute),
+        ``"offload"`` (only by offload).
+    checkpoints:
+        When not ``None``: the √n policy. Buffers written by forward tasks that are not in
+        this set are freed right after their last forward reader (and recomputed on demand).
+    forward:
+        The forward tasks, for ``checkpoints``.
+    evict:
+        ``False``: evict nothing but dead buffers (the √n policy alone decides what to drop).
+    seed:
+        Seeds the sampling of eviction candidates on large graphs.
+    """
+
+    lookahead: bool = True
+    recompute: bool = True
+    offload: bool = True
+    force: Mapping[Hashable, str] = field(default_factory=dict)
+    checkpoints: frozenset[Hashable] | None = None
+    forward: frozenset[Hashable] = frozenset()
+    evict: bool = True
+    seed: int = 0
+
+
+def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
+               bandwidth: float | None, policy: Policy) -> Plan:
+    """A plan computing ``order`` (first computations) within ``budget``, or raise NoRoom.
+
+    Example
+    -------
+    >>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+    >>> g = TaskGraph([Task("a", writes=("x",), time=1.0),
+    ...                Task("b", reads=("x",), writes=("y",), time=1.0)],
+    ...               [Buffer("x", 8, "a"), Buffer("y", 4, "b")])
+    >>> [s.op for s in evict_plan(g, ["a", "b"], 12, None, Policy()).steps]
+    ['compute', 'compute', 'free']
+    """
+    return _Builder(g, order, budget, bandwidth, policy).build()
+
+
+class _Builder:
+    def __init__(self, g: TaskGraph, order: Sequence[Hashable], budget: int,
+                 bandwidth: float | None, policy: Policy) -> None:
+        self.g, self.order, self.budget, self.policy = g, list(order), budget, policy
+        self.bw = bandwidth if (policy.offload and bandwidth is not None) else None
+        self.size = {b: buf.size for b, buf in g.buffers.items()}
+        self.prod = {b: buf.producer for b, buf in g.buffers.items()}
+        self.results = g.results
+        self.pos = {t: i for i, t in enumerate(self.order)}
+        self.uses: dict[Hashable, list[int]] = {b: [] for b in g.buffers}
+        for i, t in enumerate(self.order):
+            for b in g.tasks[t].reads:
+                self.uses[b].append(i)
+        self.cum = [0.0]
+        for t in self.order:
+            self.cum.append(self.cum[-1] + g.tasks[t].time)
+        self.fwd_last: dict[Hashable, int] = {}
+        if policy.checkpoints is not None:
+            for b in g.buffers:
+                fw = [i for i in self.uses[b] if self.order[i] in policy.forward]
+                if fw:
+                    self.fwd_last[b] = fw[-1]
+        self.input_until = self._input_horizon() if policy.recompute else {}
+        self.resident: set[Hashable] = {b for b in g.buffers if self.prod[b] is None}
+        self.mem = sum(self.size[b] for b in self.resident)
+        self.host: set[Hashable] = set()
+        self.steps: list[Step] = []
+        self.cur = 0
+        self.touch: dict[Hashable, int] = dict.fromkeys(self.resident, 0)
+        self.computed: set[Hashable] = set()
+        self.ready: dict[Hashable, float] = dict.fromkeys(self.resident, 0.0)
+        self.host_at: dict[Hashable, float] = {}
+        self.compute_end = self.copy_end = self.release_at = 0.0
+        self.rng = random.Random(policy.seed)
+        self.heap: list[tuple[int, int, Hashable]] = []
+        self.heap_key: dict[Hashable, int] = {}
+        self.tick = 0
+        for b in self.resident:
+            self.push(b)
+
+    # -- the pass ---------------------------------------------------------------------------
+    def build(self) -> Plan:
+        if self.mem > self.budget:
+            raise NoRoom(f"the inputs alone take {self.mem} bytes")
+        for i, t in enumerate(self.order):
+            self.cur = i
+            self.run(t, frozenset())
+            self.release_dead(t)
+        self.cur = len(self.order)
+        back = [b for b in self.results if b in self.host]
+        if back:  # offloaded results come back at the end; nothing else is needed then
+            for b in [b for b in self.resident if b not in self.results]:
+                self.emit_free(b)
+            for b in back:
+                if self.mem + self.size[b] > self.budget:
+                    raise NoRoom("the results do not fit at the end")
+                self.emit_prefetch(b)
+        return Plan(tuple(self.steps), budget=self.budget,
+                    info={"offload_bandwidth": self.bw} if self.bw is not None else {})
+
+    def run(self, t: Hashable, pinned: frozenset) -> None:
+        task = self.g.tasks[t]
+        reads = list(dict.fromkeys(task.reads))
+        # Bring back what is missing, biggest recompute footprint first: a first pass pins
+        # nothing it brought back, a second pins those, a third pins every read; each pass
+        # brings back what an earlier one lost (reads used now rank last for eviction).
+        # Recursive rematerialisations take one pass with everything pinned (more passes
+        # there would multiply with the depth).
+        first = 0 if not pinned else 2
+        for attempt in range(first, 3):
+            missing = sorted((b for b in reads if b not in self.resident),
+                             key=self.footprint, reverse=True)
+            if not missing:
+                break
+            held = pinned | frozenset(task.writes)
+            if attempt == 2:
+                held |= frozenset(b for b in reads if b in self.resident)
+            for b in missing:
+                if b not in self.resident:
+                    self.materialize(b, held)
+                if attempt:
+                    held |= {b}
+        if any(b not in self.resident for b in reads):
+            raise NoRoom(f"cannot hold the reads of {t!r} together")
+        pins = pinned | frozenset(reads) | frozenset(task.writes)
+        for w in task.writes:  # a recompute: drop stale copies first (they are rewritten)
+            if w in self.resident and w not in self.results:
+                self.emit_free(w)
+        need = sum(self.size[w] for w in task.writes) + task.workspace
+        self.make_room(need, pins)
+        self.emit_compute(t)
+
+    def footprint(self, b: Hashable) -> int:
+        """Bytes a rematerialisation of ``b`` touches (its producer's reads and writes)."""
+        p = self.prod[b]
+        if b in self.host or p is None:
+            return self.size[b]
+        task = self.g.tasks[p]
+        return sum(self.size[r] for r in (*task.reads, *task.writes))
+
+    def materialize(self, b: Hashable, pins: frozenset) -> None:
+        if b in self.host:
+            self.make_room(self.size[b], pins)
+            self.emit_prefetch(b)
+            return
+        p = self.prod[b]
+        if p is None:
+            raise NoRoom(f"input {b!r} was dropped")
+        self.run(p, pins)
+
+    def release_dead(self, t: Hashable) -> None:
+        task = self.g.tasks[t]
+        ck = self.policy.checkpoints
+        for b in (*task.reads, *task.writes):
+            if b not in self.resident or b in self.results:
+                continue
+            if self.next_use(b) is None and self.dead_input_ok(b):
+                self.emit_free(b)
+            elif (ck is not None and t in self.policy.forward and b not in ck
+                  and self.prod[b] in self.policy.forward
+                  and self.fwd_last.get(b, -1) <= self.cur):
+                self.emit_free(b)
+
+    def dead_input_ok(self, b: Hashable) -> bool:
+        if self.prod[b] is not None:
+            return True
+        return self.input_until.get(b, -1) <= self.cur
+
+    def _input_horizon(self) -> dict[Hashable, int]:
+        """For each buffer: the last position where a recompute might still need it."""
+        until: dict[Hashable, int] = {}
+        for t in reversed(self.order):
+            task = self.g.tasks[t]
+            horizon = max((until.get(w, -1) for w in task.writes), default=-1)
+            for w in task.writes:
+                horizon = max(horizon, self.uses[w][-1] if self.uses[w] else -1)
+            for b in task.reads:
+                until[b] = max(until.get(b, -1), horizon,
+                               self.uses[b][-1] if self.uses[b] else -1)
+        return until
+
+    # -- eviction ---------------------------------------------------------------------------
+    def next_use(self, b: Hashable) -> int | None:
+        u = self.uses[b]
+        k = bisect.bisect_right(u, self.cur)
+        return u[k] if k < len(u) else None
+
+    def make_room(self, need: int, pins: frozenset) -> None:
+        while self.mem + need > self.budget:
+            choice = self.choose(pins)
+            if choice is None:
+                raise NoRoom(f"needs {self.mem + need} bytes at task "
+                             f"{self.order[self.cur]!r}, nothing left to evict")
+            b, how = choice
+            if how == "free":
+                self.emit_free(b)
+            else:
+                self.emit_offload(b)
+
+    def candidates(self, pins: frozenset) -> list[Hashable]:
+        """Resident buffers that may be evicted: all of them when few; else a seeded sample
+        (as DTR samples), plus, with look-ahead, those whose next use is farthest (a lazy
+        max-heap on the next-use position: Belady's order)."""
+        ok = self.evictable
+        if len(self.resident) <= _SCAN_LIMIT:
+            return [b for b in self.resident if ok(b, pins)]
+        out = [b for b in self.rng.sample(list(self.resident), _SCAN_LIMIT) if ok(b, pins)]
+        if not self.policy.lookahead:
+            return out
+        seen = set(out)
+        keep: list[tuple[int, int, Hashable]] = []
+        while self.heap and len(keep) < _HEAP_CANDIDATES:
+            entry = heapq.heappop(self.heap)
+            b = entry[2]
+            if b not in self.resident or self.heap_key.get(b) != entry[0]:
+                continue  # stale
+            keep.append(entry)
+            if b not in seen and ok(b, pins):
+                out.append(b)
+                seen.add(b)
+        for entry in keep:
+            heapq.heappush(self.heap, entry)
+        return out
+
+    def evictable(self, b: Hashable, pins: frozenset) -> bool:
+        return b not in pins and (b not in self.results or self.bw is not None)
+
+    def push(self, b: Hashable) -> None:
+        """(Re)index a resident buffer by its next use (the farthest first)."""
+        if not self.policy.lookahead:
+            return
+        nu = self.next_use(b)
+        key = -(nu if nu is not None else len(self.order) + 1)
+        self.heap_key[b] = key
+        self.tick += 1
+        heapq.heappush(self.heap, (key, self.tick, b))
+
+    def choose(self, pins: frozenset) -> tuple[Hashable, str] | None:
+        best: tuple[float, Hashable, str] | None = None
+        force = self.policy.force
+        for b in self.candidates(pins):
+            how = force.get(b)
+            if how == "keep" or self.size[b] == 0:
+                continue
+            nu = self.next_use(b)
+            if nu is None and self.dead_input_ok(b) and b not in self.results:
+                return b, "free"
+            if not self.policy.evict:
+                continue
+            if self.policy.lookahead:
+                dist = (self.cum[nu] - self.cum[self.cur + 1] if nu is not None
+                        else self.cum[-1] - self.cum[self.cur + 1]) + _EPS
+                dist += (nu - self.cur if nu is not None else len(self.order)) * _EPS
+            else:
+                dist = float(self.cur - self.touch.get(b, 0) + 1)
+            opts = []
+            if b in self.results:
+                how = "offload"  # a result may leave the device, but only by offload
+            if self.policy.recompute and self.prod[b] is not None and how != "offload":
+                opts.append((self.recompute_cost(b), "free"))
+            if self.bw is not None and how != "free":
+                opts.append((self.offload_cost(b, dist), "offload"))
+            if not opts:
+                continue
+            cost, kind = min(opts, key=lambda o: o[0])
+            score = (cost + _EPS) / (self.size[b] * dist)
+            if best is None or score < best[0]:
+                best = (score, b, kind)
+        return None if best is None else (best[1], best[2])
+
+    def recompute_cost(self, b: Hashable) -> float:
+        p = self.prod[b]
+        task = self.g.tasks[p]
+        cost = task.time
+        for r in task.reads:  # DTR's neighbourhood: evicted inputs must come back too
+            if r not in self.resident:
+                q = self.prod[r]
+                if r in self.host:
+                    cost += self.size[r] / self.bw if self.bw else 0.0
+                elif q is not None:
+                    cost += self.g.tasks[q].time
+        return cost
+
+    def offload_cost(self, b: Hashable, dist: float) -> float:
+        x = self.xfer(b)
+        start = max(self.copy_end, self.ready.get(b, 0.0))
+        stall = max(0.0, start + x - max(self.compute_end, self.release_at))
+        back = max(0.0, x - dist) if self.policy.lookahead else x
+        return stall + back + 0.01 * x
+
+    def xfer(self, b: Hashable) -> float:
+        if self.bw is None or math.isinf(self.bw):
+            return 0.0
+        return self.size[b] / self.bw
+
+    # -- emitting steps (tracking the copy-stream clocks for cost estimates) ----------------
+    def emit_compute(self, t: Hashable) -> None:
+        task = self.g.tasks[t]
+        start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
+        end = start + task.time
+        for w in task.writes:
+            if w not in self.resident:
+                self.resident.add(w)
+                self.mem += self.size[w]
+            self.host.discard(w)
+            self.ready[w] = end
+            self.touch[w] = self.cur
+        for b in task.reads:
+            self.touch[b] = self.cur
+        for b in (*task.reads, *task.writes):
+            self.push(b)
+        self.compute_end = end
+        self.computed.add(t)
+        self.steps.append(Step("compute", t))
+
+    def emit_free(self, b: Hashable) -> None:
+        self.resident.discard(b)
+        self.mem -= self.size[b]
+        self.steps.append(Step("free", b))
+
+    def emit_offload(self, b: Hashable) -> None:
+        start = max(self.copy_end, self.ready.get(b, 0.0))
+        end = start + self.xfer(b)
+        self.copy_end = end
+        self.release_at = max(self.release_at, end)
+        self.host_at[b] = end
+        self.resident.discard(b)
+        self.host.add(b)
+        self.mem -= self.size[b]
+        self.steps.append(Step("offload", b))
+
+    def emit_prefetch(self, b: Hashable) -> None:
+        start = max(self.copy_end, self.compute_end, self.host_at[b])
+        end = start + self.xfer(b)
+        self.copy_end = end
+        self.ready[b] = end
+        self.host.discard(b)
+        self.resident.add(b)
+        self.mem += self.size[b]
+        self.touch[b] = self.cur
+        self.push(b)
+        self.steps.append(Step("prefetch", b))
