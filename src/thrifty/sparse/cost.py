@@ -1,0 +1,85 @@
+"""The cost model that picks a kernel form per op (and per block row) and sizes tasks.
+
+Times are estimated from flops and bytes at rates measured on the 2-core development
+machine (median of repeated runs of ``benchmarks/sparse_kernels.py``); they only need to
+rank the alternatives, not predict wall time. The policy follows the roofline reasoning of
+Williams, Waterman and Patterson ("Roofline", CACM 2009): a CSR kernel streams its indices
+at a low flop rate, a dense gemm on a gathered panel computes the zeros too at a high rate,
+so the panel pays once its density exceeds the ratio of the two rates.
+
+Example
+-------
+>>> cm = CostModel()
+>>> cm.spmm_seconds(nnz=10**6, k=64) > cm.gemm_seconds(10**3, 10**3, 64)
+True
+>>> 0 < cm.panel_density_threshold < 1
+True
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["CostModel"]
+
+
+@dataclass(frozen=True, slots=True)
+class CostModel:
+    """Machine rates and the task-size policy.
+
+    Attributes
+    ----------
+    csr_flops:
+        Flop rate of one thread in a CSR SpMM/SDDMM kernel (flop/s).
+    gemm_flops:
+        Flop rate of BLAS gemm on one thread (flop/s).
+    bandwidth:
+        Memory bandwidth of one thread (byte/s), for gathers, scatters and elementwise work.
+    task_overhead:
+        Seconds the Dask scheduler spends per task.
+    threads:
+        Worker threads of the threaded scheduler.
+    min_task_seconds:
+        A task is split off only when it carries at least this much estimated work.
+    sparse_output_density:
+        A result is kept in CSR form below this density, densified above.
+    inline_seconds:
+        Plans whose total estimated time is below this run inline, without a scheduler.
+    """
+
+    csr_flops: float = 4.0e9
+    gemm_flops: float = 2.5e10
+    bandwidth: float = 1.1e10
+    task_overhead: float = 150e-6
+    threads: int = 2
+    min_task_seconds: float = 1.0e-3
+    sparse_output_density: float = 0.25
+    inline_seconds: float = 1.0e-3
+
+    @property
+    def panel_density_threshold(self) -> float:
+        """Density above which a gathered dense panel beats CSR for SpMM."""
+        return min(1.0, 1.5 * self.csr_flops / self.gemm_flops)
+
+    def spmm_seconds(self, nnz: int, k: int) -> float:
+        """CSR SpMM (or SpMV for ``k = 1``) of ``nnz`` entries times ``k`` columns."""
+        return (2.0 * nnz * k) / self.csr_flops + 12.0 * nnz / self.bandwidth
+
+    def gemm_seconds(self, m: int, n: int, k: int) -> float:
+        """Dense ``(m x n) @ (n x k)``."""
+        return 2.0 * m * n * k / self.gemm_flops + 8.0 * (m * n + n * k + m * k) / self.bandwidth
+
+    def panel_seconds(self, rows: int, cols: int, nnz: int, k: int) -> float:
+        """A gathered panel: scatter ``nnz`` values, gather ``cols`` rows of X, then gemm."""
+        return (self.gemm_seconds(rows, cols, k) + 16.0 * nnz / self.bandwidth
+                + 8.0 * rows * cols / self.bandwidth)
+
+    def elementwise_seconds(self, n: int) -> float:
+        """One elementwise pass over ``n`` values."""
+        return 24.0 * n / self.bandwidth
+
+    def n_tasks(self, seconds: float) -> int:
+        """How many parallel tasks to split work of ``seconds`` into."""
+        if seconds < 2 * self.min_task_seconds or self.threads <= 1:
+            return 1
+        return int(min(2 * self.threads, max(1, seconds // self.min_task_seconds)))

@@ -1,0 +1,266 @@
+"""The kernel library of the sparse engine: the standard kernels a specialized plan calls.
+
+Every kernel works on a contiguous range of rows ``[r0, r1)`` so that the specializer can
+split one op into row-panel tasks that run in parallel (numba kernels are compiled with
+``nogil=True``; BLAS and scipy release the GIL). The kernels follow the classic forms:
+
+* CSR SpMV/SpMM, row-parallel (Saad, *Iterative Methods for Sparse Linear Systems*, 2003);
+* SDDMM, the sampled dense-dense product computed only on a sparse pattern
+  (Nisa et al., "Sampled Dense Matrix Multiplication for High-Performance Machine
+  Learning", HiPC 2018);
+* masked SpGEMM by Gustavson's row-wise algorithm with the mask as the accumulator's
+  admission set (Aznaveh et al., "Parallel GraphBLAS with OpenMP", CSC 2020);
+* gemm on gathered dense panels: the nonzero column blocks of a block row gathered into one
+  dense panel and multiplied by BLAS (the blocked form of Vuduc's OSKI, 2005).
+
+Measured on the 2-core development machine (see ``benchmarks/sparse_kernels.py``): the
+numba CSR SpMM with k = 64 split over 2 row panels ran faster than scipy's
+single-threaded ``csr @ dense``, so it is the CSR kernel kept; scipy remains the reference.
+
+Example
+-------
+>>> import numpy as np, scipy.sparse as sp
+>>> A = sp.random_array((50, 40), density=0.1, format="csr", rng=0)
+>>> X = np.ones((40, 3)); out = np.empty((50, 3))
+>>> spmm_rows(A.indptr, A.indices, A.data, X, out, 0, 50)
+>>> bool(np.allclose(out, A @ X))
+True
+"""
+
+from __future__ import annotations
+
+import numba
+import numpy as np
+import scipy.sparse as sp
+
+__all__ = [
+    "spmm_rows", "spmv_rows", "sddmm_rows", "masked_spgemm_rows", "masked_dot_rows",
+    "masked_softmax_rows",
+    "panel_gemm", "csr_from_parts",
+]
+
+_jit = numba.njit(nogil=True, cache=True, fastmath=False)
+
+
+@_jit
+def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
+    k = X.shape[1]
+    for i in range(r0, r1):
+        o = out[i - r0]
+        for c in range(k):
+            o[c] = 0
+        for p in range(indptr[i], indptr[i + 1]):
+            a = data[p]
+            x = X[indices[p]]
+            for c in range(k):
+                o[c] += a * x[c]
+
+
+@_jit
+def _spmv(indptr, indices, data, x, out, r0, r1):  # pragma: no cover - compiled
+    for i in range(r0, r1):
+        out[i - r0] = 0
+        s = out[i - r0]
+        for p in range(indptr[i], indptr[i + 1]):
+            s += data[p] * x[indices[p]]
+        out[i - r0] = s
+
+
+@_jit
+def _sddmm(indptr, indices, X, Yt, out, r0, r1):  # pragma: no cover - compiled
+    d = X.shape[1]
+    base = indptr[r0]
+    for i in range(r0, r1):
+        xi = X[i]
+        for p in range(indptr[i], indptr[i + 1]):
+            yj = Yt[indices[p]]
+            out[p - base] = 0
+            s = out[p - base]
+            for c in range(d):
+                s += xi[c] * yj[c]
+            out[p - base] = s
+
+
+@_jit
+def _masked_spgemm(aip, aix, adata, bip, bix, bdata, mip, mix, out, pos, r0, r1):
+    # pragma: no cover - compiled
+    base = mip[r0]
+    for i in range(r0, r1):
+        for p in range(mip[i], mip[i + 1]):
+            pos[mix[p]] = p - base
+            out[p - base] = 0
+        for pa in range(aip[i], aip[i + 1]):
+            k = aix[pa]
+            a = adata[pa]
+            for pb in range(bip[k], bip[k + 1]):
+                q = pos[bix[pb]]
+                if q >= 0:
+                    out[q] += a * bdata[pb]
+        for p in range(mip[i], mip[i + 1]):
+            pos[mix[p]] = -1
+
+
+@_jit
+def _masked_dot(aip, aix, adata, btp, btx, btdata, mip, mix, out, r0, r1):
+    # pragma: no cover - compiled
+    base = mip[r0]
+    for i in range(r0, r1):
+        a0, a1 = aip[i], aip[i + 1]
+        for p in range(mip[i], mip[i + 1]):
+            j = mix[p]
+            pa, pb, b1 = a0, btp[j], btp[j + 1]
+            out[p - base] = 0
+            s = out[p - base]
+            while pa < a1 and pb < b1:
+                ka, kb = aix[pa], btx[pb]
+                if ka == kb:
+                    s += adata[pa] * btdata[pb]
+                    pa += 1
+                    pb += 1
+                elif ka < kb:
+                    pa += 1
+                else:
+                    pb += 1
+            out[p - base] = s
+
+
+@_jit
+def _masked_softmax(indptr, values, maskvals, out, r0, r1):  # pragma: no cover - compiled
+    base = indptr[r0]
+    for i in range(r0, r1):
+        m = -np.inf
+        for p in range(indptr[i], indptr[i + 1]):
+            if maskvals[p] != 0 and values[p] > m:
+                m = values[p]
+        s = 0.0
+        for p in range(indptr[i], indptr[i + 1]):
+            if maskvals[p] != 0:
+                e = np.exp(values[p] - m)
+                out[p - base] = e
+                s += e
+            else:
+                out[p - base] = 0.0
+        if s > 0:
+            for p in range(indptr[i], indptr[i + 1]):
+                out[p - base] /= s
+
+
+def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.ndarray,
+              out: np.ndarray, r0: int, r1: int) -> None:
+    """``out[:] = A[r0:r1] @ X`` for a CSR matrix ``A`` and a dense 2-D ``X``.
+
+    ``out`` has ``r1 - r0`` rows. Example: see the module docstring.
+    """
+    _spmm(indptr, indices, data, X, out, r0, r1)
+
+
+def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
+              out: np.ndarray, r0: int, r1: int) -> None:
+    """``out[:] = A[r0:r1] @ x`` for a CSR matrix ``A`` and a dense vector ``x``.
+
+    Example
+    -------
+    >>> A = sp.eye_array(3, format="csr"); out = np.empty(3)
+    >>> spmv_rows(A.indptr, A.indices, A.data, np.arange(3.0), out, 0, 3); out.tolist()
+    [0.0, 1.0, 2.0]
+    """
+    _spmv(indptr, indices, data, x, out, r0, r1)
+
+
+def sddmm_rows(indptr: np.ndarray, indices: np.ndarray, X: np.ndarray, Yt: np.ndarray,
+               out: np.ndarray, r0: int, r1: int) -> None:
+    """Values of ``X @ Yt.T`` at the pattern's entries of rows ``[r0, r1)``, in CSR order.
+
+    ``out`` has ``indptr[r1] - indptr[r0]`` entries.
+
+    Example
+    -------
+    >>> S = sp.csr_array(np.eye(2)); out = np.empty(2)
+    >>> sddmm_rows(S.indptr, S.indices, np.ones((2, 3)), np.ones((2, 3)), out, 0, 2)
+    >>> out.tolist()
+    [3.0, 3.0]
+    """
+    _sddmm(indptr, indices, X, Yt, out, r0, r1)
+
+
+def masked_spgemm_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, out: np.ndarray,
+                       r0: int, r1: int) -> None:
+    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order).
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((3, 3)), -1)); out = np.empty(L.nnz)
+    >>> masked_spgemm_rows(L, L, L, out, 0, 3); out.tolist()
+    [0.0, 1.0, 0.0]
+    """
+    pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
+    _masked_spgemm(A.indptr, A.indices, A.data, B.indptr, B.indices, B.data,
+                   M.indptr, M.indices, out, pos, r0, r1)
+
+
+def masked_dot_rows(A: sp.csr_array, Bt: sp.csr_array, M: sp.csr_array, out: np.ndarray,
+                    r0: int, r1: int) -> None:
+    """Values of ``A @ Bt.T`` at the entries of mask ``M`` in rows ``[r0, r1)``, each as a
+    sorted merge of a row of ``A`` and a row of ``Bt`` (the dot-product form of masked
+    SpGEMM, cheaper than Gustavson's when the mask is sparser than the product).
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((3, 3)), -1)); out = np.empty(L.nnz)
+    >>> masked_dot_rows(L, sp.csr_array(L.T), L, out, 0, 3); out.tolist()
+    [0.0, 1.0, 0.0]
+    """
+    _masked_dot(A.indptr, A.indices, A.data, Bt.indptr, Bt.indices, Bt.data,
+                M.indptr, M.indices, out, r0, r1)
+
+
+def masked_softmax_rows(indptr: np.ndarray, values: np.ndarray, maskvals: np.ndarray,
+                        out: np.ndarray, r0: int, r1: int) -> None:
+    """Row-wise softmax over the entries whose mask value is nonzero; others give 0.
+
+    ``values`` and ``maskvals`` are aligned with the pattern ``indptr`` (full length);
+    ``out`` receives the entries of rows ``[r0, r1)``. A row with no entries gives 0.
+
+    Example
+    -------
+    >>> out = np.empty(3)
+    >>> masked_softmax_rows(np.array([0, 3]), np.zeros(3), np.array([1., 1., 0.]), out, 0, 1)
+    >>> out.tolist()
+    [0.5, 0.5, 0.0]
+    """
+    _masked_softmax(indptr, values, maskvals, out, r0, r1)
+
+
+def panel_gemm(flat_pos: np.ndarray, data: np.ndarray, panel_shape: tuple[int, int],
+               cols: np.ndarray, X: np.ndarray, out: np.ndarray) -> None:
+    """``out[:] = P @ X[cols]`` where the dense panel ``P`` is scattered from CSR ``data``.
+
+    ``flat_pos[p]`` is the flat position in ``P`` of the stored entry ``p`` of the panel's
+    rows (computed once by the inspector), so a run only scatters values and calls BLAS.
+
+    Example
+    -------
+    >>> out = np.empty((1, 1))
+    >>> panel_gemm(np.array([0, 1]), np.array([2., 3.]), (1, 2), np.array([0, 2]),
+    ...            np.array([[1.], [5.], [1.]]), out); out.tolist()
+    [[5.0]]
+    """
+    P = np.zeros(panel_shape, dtype=np.result_type(data, X))
+    P.ravel()[flat_pos] = data
+    np.matmul(P, X[cols], out=out)
+
+
+def csr_from_parts(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
+                   shape: tuple[int, int]) -> sp.csr_array:
+    """A canonical CSR array around existing arrays (no copy, no re-check).
+
+    Example
+    -------
+    >>> csr_from_parts(np.ones(1), np.array([1], np.int32), np.array([0, 1, 1], np.int32),
+    ...                (2, 2)).toarray().tolist()
+    [[0.0, 1.0], [0.0, 0.0]]
+    """
+    A = sp.csr_array((data, indices, indptr), shape=shape, copy=False)
+    A.has_sorted_indices = True
+    A.has_canonical_format = True
+    return A

@@ -1,0 +1,378 @@
+"""Two-level sparsity patterns: which blocks may hold nonzeros, and the exact elements.
+
+A :class:`Pattern` describes where a tensor may be nonzero. For a 2-D tensor it keeps
+
+* a **block grid**: a boolean CSR matrix over blocks of shape ``block = (br, bc)``; the
+  block shape is chosen per tensor from its structure (:func:`choose_block`: about one
+  grid cell per stored element, so the grid never costs more than the data) and adapted
+  to the op that uses it (:meth:`Pattern.coarsen` to a common inner blocking for matmul);
+* where it is known exactly (inputs, and results of elementwise ops and of products that
+  are cheap to resolve), the **element pattern** inside the blocks, a boolean CSR matrix.
+
+Propagation works on blocks, so its cost follows the number of nonzero blocks, never the
+dense size; element patterns ride along where they are cheap and are what SDDMM and masked
+SpGEMM run over. Everything else (vectors, scalars, 3-D tensors) is dense.
+
+Implicit zeros are structural, as in scipy: an element outside the pattern is zero even
+where the dense reference would compute ``0 * inf = nan``. Explicitly stored zeros belong to
+the pattern. The design follows the two-level block/element sparsity of Taco's
+format abstraction (Chou et al., "Format Abstraction for Sparse Tensor Algebra
+Compilers", OOPSLA 2018) and the block-sparse propagation of Ahrens et al.
+("Looplets", CGO 2023) in its simplest form.
+
+Example
+-------
+>>> import scipy.sparse as sp
+>>> p = Pattern.from_sparse(sp.eye_array(100, format="csr"))
+>>> p.shape, p.is_dense, p.nnz
+((100, 100), False, 100)
+>>> p.matmul(p).nnz_blocks == p.nnz_blocks
+True
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+import numpy as np
+import scipy.sparse as sp
+
+from thrifty.errors import PatternError
+
+__all__ = ["Pattern", "choose_block", "canonical_csr", "structure_fingerprint"]
+
+#: Largest block side; a power of two.
+MAX_BLOCK = 1024
+#: Smallest block side; a power of two.
+MIN_BLOCK = 8
+#: Above this many elementary flops, a product's exact element pattern is not resolved.
+EXACT_PRODUCT_LIMIT = 20_000_000
+
+
+def _pow2_at_least(x: float) -> int:
+    return 1 << max(0, int(np.ceil(np.log2(max(x, 1.0)))))
+
+
+def choose_block(shape: tuple[int, int], nnz: int) -> tuple[int, int]:
+    """The block shape for a matrix: powers of two with about one grid cell per nonzero.
+
+    Example
+    -------
+    >>> choose_block((10**6, 10**6), 10**7)
+    (512, 512)
+    """
+    n, m = shape
+    side = np.sqrt(max(n, 1) * max(m, 1) / max(nnz, 1))
+    b = int(min(MAX_BLOCK, max(MIN_BLOCK, _pow2_at_least(side))))
+    return (b, b)
+
+
+def canonical_csr(A: object, name: str = "input") -> sp.csr_array:
+    """A scipy sparse input as a canonical ``csr_array`` (sorted, no duplicates).
+
+    Raises :class:`PatternError` for objects that are not scipy sparse 2-D matrices.
+
+    Example
+    -------
+    >>> canonical_csr(sp.coo_array(([1.0, 2.0], ([0, 0], [1, 1])), shape=(1, 2))).toarray()
+    array([[0., 3.]])
+    """
+    if not sp.issparse(A):
+        raise PatternError(f"{name}: expected a scipy.sparse matrix, got {type(A).__name__}")
+    if A.ndim != 2:  # type: ignore[attr-defined]
+        raise PatternError(f"{name}: sparse inputs must be 2-D, got shape {A.shape}")  # type: ignore[attr-defined]
+    C = sp.csr_array(A)
+    if not C.has_canonical_format:
+        C = C.copy()
+        C.sum_duplicates()
+    return C
+
+
+def structure_fingerprint(A: sp.csr_array) -> str:
+    """A hash of shape, indptr and indices: equal patterns have equal fingerprints.
+
+    Example
+    -------
+    >>> a = sp.csr_array(np.eye(3)); b = a * 2.0
+    >>> structure_fingerprint(a) == structure_fingerprint(b)
+    True
+    """
+    h = hashlib.blake2b(digest_size=16)
+    h.update(np.asarray(A.shape, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(A.indptr, dtype=np.int64).tobytes())
+    h.update(np.ascontiguousarray(A.indices, dtype=np.int64).tobytes())
+    return h.hexdigest()
+
+
+def _bool_csr(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> sp.csr_array:
+    if len(rows) == 0:
+        return sp.csr_array(shape, dtype=bool)
+    key = np.unique(rows.astype(np.int64) * max(shape[1], 1) + cols.astype(np.int64))
+    r, c = np.divmod(key, max(shape[1], 1))
+    M = sp.csr_array((np.ones(len(key), dtype=bool), (r, c)), shape=shape)
+    M.sum_duplicates()
+    return M
+
+
+def _bool(M: sp.sparray) -> sp.csr_array:
+    """The nonzero structure of a freshly computed matrix (never mutates ``M``)."""
+    C = sp.csr_array(M, copy=True)
+    C.sum_duplicates()
+    C.eliminate_zeros()
+    return sp.csr_array((np.ones(C.nnz, dtype=bool), C.indices, C.indptr), shape=C.shape)
+
+
+def _contains(M: sp.csr_array, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Whether each ``(rows[i], cols[i])`` is a stored entry of the canonical CSR ``M``."""
+    if M.nnz == 0 or len(rows) == 0:
+        return np.zeros(len(rows), dtype=bool)
+    w = np.int64(max(M.shape[1], 1))
+    keys = np.repeat(np.arange(M.shape[0], dtype=np.int64), np.diff(M.indptr)) * w + M.indices
+    q = rows.astype(np.int64) * w + cols.astype(np.int64)
+    pos = np.minimum(np.searchsorted(keys, q), len(keys) - 1)
+    return keys[pos] == q
+
+
+def _grid_shape(shape: tuple[int, int], block: tuple[int, int]) -> tuple[int, int]:
+    return (-(-shape[0] // block[0]), -(-shape[1] // block[1]))
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Pattern:
+    """Where a tensor may be nonzero.
+
+    Attributes
+    ----------
+    shape:
+        The tensor's shape.
+    block:
+        ``(br, bc)``, the block shape of ``blocks``; ``None`` for a dense pattern.
+    blocks:
+        Boolean CSR matrix over the block grid, ``None`` when every element may be nonzero.
+    elements:
+        The exact element pattern (boolean CSR), when known; ``None`` otherwise.
+    """
+
+    shape: tuple[int, ...]
+    block: tuple[int, int] | None = None
+    blocks: sp.csr_array | None = None
+    elements: sp.csr_array | None = None
+
+    # -- construction ----------------------------------------------------------------------
+    @staticmethod
+    def dense(shape: tuple[int, ...]) -> Pattern:
+        """Every element may be nonzero."""
+        return Pattern(tuple(shape))
+
+    @staticmethod
+    def from_sparse(A: object, block: tuple[int, int] | None = None) -> Pattern:
+        """The exact pattern of a scipy sparse matrix, in O(nnz) (plus one sort of blocks).
+
+        Example
+        -------
+        >>> Pattern.from_sparse(sp.csr_array(np.eye(4)), block=(2, 2)).nnz_blocks
+        2
+        """
+        C = canonical_csr(A)
+        E = sp.csr_array((np.ones(C.nnz, dtype=bool), C.indices, C.indptr), shape=C.shape)
+        return Pattern.from_elements(E, block)
+
+    @staticmethod
+    def from_elements(E: sp.csr_array, block: tuple[int, int] | None = None) -> Pattern:
+        """The pattern with exact elements ``E`` (boolean CSR, canonical)."""
+        shape = (int(E.shape[0]), int(E.shape[1]))
+        block = block or choose_block(shape, E.nnz)
+        rows = np.repeat(np.arange(shape[0], dtype=np.int64), np.diff(E.indptr))
+        grid = _bool_csr(rows // block[0], E.indices // block[1], _grid_shape(shape, block))
+        return Pattern(shape, block, grid, E)
+
+    @staticmethod
+    def from_blocks(shape: tuple[int, int], block: tuple[int, int],
+                    blocks: sp.csr_array) -> Pattern:
+        """A block-level pattern (elements unknown); a full grid becomes dense."""
+        blocks = _bool(blocks)
+        if blocks.nnz == blocks.shape[0] * blocks.shape[1] and blocks.nnz > 0:
+            return Pattern.dense(shape)
+        return Pattern(tuple(shape), block, blocks, None)
+
+    # -- queries ---------------------------------------------------------------------------
+    @property
+    def is_dense(self) -> bool:
+        return self.blocks is None
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
+
+    @property
+    def nnz_blocks(self) -> int:
+        """Number of blocks that may hold nonzeros (every block for a dense pattern)."""
+        if self.blocks is None:
+            return 1 if self.size else 0
+        return int(self.blocks.nnz)
+
+    @property
+    def nnz(self) -> int:
+        """An upper bound on the number of nonzeros (exact when ``elements`` is known)."""
+        if self.blocks is None:
+            return self.size
+        if self.elements is not None:
+            return int(self.elements.nnz)
+        br, bc = self.block  # type: ignore[misc]
+        return min(self.size, self.nnz_blocks * br * bc)
+
+    @property
+    def density(self) -> float:
+        """``nnz / size`` (1.0 for an empty tensor with a dense pattern)."""
+        return self.nnz / self.size if self.size else (0.0 if self.blocks is not None else 1.0)
+
+    def row_counts(self) -> np.ndarray | None:
+        """Nonzeros per row of the exact element pattern, or ``None`` when not known."""
+        if self.elements is None:
+            return None
+        return np.diff(self.elements.indptr)
+
+    def same_as(self, other: Pattern) -> bool:
+        """Equal shapes and, where both are known, equal element or block structure."""
+        if self.shape != other.shape or self.is_dense != other.is_dense:
+            return False
+        if self.is_dense:
+            return True
+        if self.elements is not None and other.elements is not None:
+            a, b = self.elements, other.elements
+            return (a.nnz == b.nnz and np.array_equal(a.indptr, b.indptr)
+                    and np.array_equal(a.indices, b.indices))
+        return (self.elements is None) == (other.elements is None) and \
+            self.block == other.block and (self.blocks != other.blocks).nnz == 0  # type: ignore[operator]
+
+    def fingerprint(self) -> str:
+        """A hash of the structure (shape only for dense patterns)."""
+        if self.is_dense:
+            return f"dense{self.shape}"
+        if self.elements is not None:
+            return structure_fingerprint(self.elements)
+        return f"blocks{self.block}:" + structure_fingerprint(self.blocks)  # type: ignore[arg-type]
+
+    # -- block-level transformations -------------------------------------------------------
+    def coarsen(self, block: tuple[int, int]) -> Pattern:
+        """The same pattern over a coarser block grid (each side a multiple of the old one).
+
+        Example
+        -------
+        >>> p = Pattern.from_sparse(sp.csr_array(np.eye(8)), block=(2, 2))
+        >>> p.coarsen((4, 4)).nnz_blocks
+        2
+        """
+        if self.blocks is None or self.block == block:
+            return self
+        br, bc = self.block  # type: ignore[misc]
+        if block[0] % br or block[1] % bc:
+            raise PatternError(f"cannot coarsen blocks {self.block} to {block}: "
+                               "each new side must be a multiple of the old one")
+        G = self.blocks.tocoo()
+        grid = _bool_csr(G.row // (block[0] // br), G.col // (block[1] // bc),
+                         _grid_shape(self.shape, block))  # type: ignore[arg-type]
+        return Pattern(self.shape, block, grid, self.elements)
+
+    def _grid(self, block: tuple[int, int]) -> sp.csr_array:
+        """The block grid at ``block`` (a full grid for a dense pattern)."""
+        gs = _grid_shape(self.shape, block)  # type: ignore[arg-type]
+        if self.blocks is None:
+            return sp.csr_array(np.ones(gs, dtype=bool))
+        return self.coarsen(block).blocks  # type: ignore[return-value]
+
+    def transpose(self) -> Pattern:
+        """The pattern of the transpose."""
+        if self.blocks is None:
+            return Pattern.dense(self.shape[::-1])
+        E = None if self.elements is None else _bool(self.elements.T)
+        return Pattern(self.shape[::-1], self.block[::-1], _bool(self.blocks.T), E)  # type: ignore[index]
+
+    def _common(self, other: Pattern) -> tuple[int, int]:
+        a, b = self.block, other.block
+        return (max(a[0], b[0]), max(a[1], b[1]))  # type: ignore[index]
+
+    def union(self, other: Pattern) -> Pattern:
+        """Where either may be nonzero (add, sub)."""
+        if self.shape != other.shape:
+            raise PatternError(f"union of patterns of shapes {self.shape} and {other.shape}")
+        if self.is_dense or other.is_dense:
+            return Pattern.dense(self.shape)
+        if self.elements is not None and other.elements is not None:
+            return Pattern.from_elements(_bool(self.elements + other.elements),
+                                         self._common(other))
+        blk = self._common(other)
+        return Pattern.from_blocks(self.shape, blk,  # type: ignore[arg-type]
+                                   self.coarsen(blk).blocks + other.coarsen(blk).blocks)  # type: ignore[operator]
+
+    def intersect(self, other: Pattern) -> Pattern:
+        """Where both may be nonzero (multiply, masks)."""
+        if self.shape != other.shape:
+            raise PatternError(
+                f"intersection of patterns of shapes {self.shape} and {other.shape}")
+        if other.is_dense:
+            return self
+        if self.is_dense:
+            return other
+        if self.elements is not None and other.elements is not None:
+            return Pattern.from_elements(_bool(self.elements.multiply(other.elements)),
+                                         self._common(other))
+        if self.elements is not None or other.elements is not None:
+            known = self if self.elements is not None else other
+            rest = other if known is self else self
+            # keep the known elements that fall into the other's blocks
+            K = known.elements
+            assert K is not None
+            br, bc = rest.block  # type: ignore[misc]
+            rows = np.repeat(np.arange(K.shape[0], dtype=np.int64), np.diff(K.indptr))
+            keep = _contains(rest.blocks, rows // br, K.indices // bc)  # type: ignore[arg-type]
+            if keep.all():
+                return known
+            # a subset of a canonical CSR in its own order is canonical: no sort needed
+            counts = np.bincount(rows[keep], minlength=K.shape[0])
+            indptr = np.concatenate([[0], np.cumsum(counts)]).astype(K.indptr.dtype)
+            E2 = sp.csr_array((np.ones(int(keep.sum()), dtype=bool), K.indices[keep], indptr),
+                              shape=K.shape)
+            return Pattern.from_elements(E2, self._common(other))
+        blk = self._common(other)
+        return Pattern.from_blocks(self.shape, blk,  # type: ignore[arg-type]
+                                   self.coarsen(blk).blocks.multiply(  # type: ignore[union-attr]
+                                       other.coarsen(blk).blocks))
+
+    def matmul(self, other: Pattern, exact: bool = True) -> Pattern:
+        """The pattern of a product: the boolean product of the block grids.
+
+        With ``exact``, the element pattern is resolved too when both are known and the
+        product's elementary work is under :data:`EXACT_PRODUCT_LIMIT`.
+        """
+        if self.ndim != 2 or other.ndim != 2 or self.shape[1] != other.shape[0]:
+            raise PatternError(f"matmul of patterns of shapes {self.shape} and {other.shape}")
+        out_shape = (self.shape[0], other.shape[1])
+        if self.is_dense and other.is_dense:
+            return Pattern.dense(out_shape)
+        if self.shape[1] == 0:
+            return Pattern.from_elements(sp.csr_array(out_shape, dtype=bool))
+        if (exact and self.elements is not None and other.elements is not None
+                and _product_work(self.elements, other.elements) <= EXACT_PRODUCT_LIMIT):
+            a = sp.csr_array((np.ones(self.elements.nnz), self.elements.indices,
+                              self.elements.indptr), shape=self.elements.shape)
+            b = sp.csr_array((np.ones(other.elements.nnz), other.elements.indices,
+                              other.elements.indptr), shape=other.elements.shape)
+            return Pattern.from_elements(_bool(a @ b))
+        br = self.block[0] if self.block else _pow2_at_least(min(out_shape[0], MAX_BLOCK))
+        bc = other.block[1] if other.block else _pow2_at_least(min(out_shape[1], MAX_BLOCK))
+        bk = max(self.block[1] if self.block else 1, other.block[0] if other.block else 1)
+        ga = self._grid((br, bk)).astype(np.float32)
+        gb = other._grid((bk, bc)).astype(np.float32)
+        return Pattern.from_blocks(out_shape, (br, bc), ga @ gb)
+
+
+def _product_work(a: sp.csr_array, b: sp.csr_array) -> int:
+    """Elementary multiply-adds of the product of two element patterns."""
+    col_counts = np.bincount(a.indices, minlength=a.shape[1])
+    return int(np.dot(col_counts.astype(np.int64), np.diff(b.indptr).astype(np.int64)))

@@ -1,0 +1,47 @@
+"""``thrifty sparse run`` and ``thrifty sparse bench`` through click's test runner."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from thrifty.cli.sparse import group
+from thrifty.testing import require_shared_data
+
+
+@pytest.mark.needs_data
+@pytest.mark.parametrize("kernel", ["spmv", "spmm", "sddmm", "masked-spgemm", "gcn",
+                                    "attention"])
+def test_run_json_reports_time_kernels_and_scipy(kernel):
+    path = require_shared_data("matrices", "Newman", "karate.mtx")
+    res = CliRunner().invoke(group, ["run", "--kernel", kernel, "--matrix", str(path),
+                                     "--k", "8", "--repeat", "2", "--json"])
+    assert res.exit_code == 0, res.output
+    out = json.loads(res.output)
+    assert out["kernel"] == kernel and out["nnz"] == 156 and out["seconds"] > 0
+    assert out["kernels"] and out["comparison_seconds"]
+
+
+@pytest.mark.needs_data
+def test_run_table_and_rectangular_refusal():
+    path = require_shared_data("matrices", "HB", "ash219.mtx")
+    res = CliRunner().invoke(group, ["run", "--kernel", "spmm", "--matrix", str(path),
+                                     "--k", "4", "--repeat", "1"])
+    assert res.exit_code == 0, res.output
+    assert "thrifty" in res.output and "scipy" in res.output
+    res = CliRunner().invoke(group, ["run", "--kernel", "gcn", "--matrix", str(path)])
+    assert res.exit_code != 0 and "square" in res.output
+
+
+def test_bench_writes_json(tmp_path):
+    out = tmp_path / "bench.json"
+    res = CliRunner().invoke(group, ["bench", "--quick", "--kernel", "spmv", "--kernel",
+                                     "sddmm", "--instance", "poisson2d-20", "--out", str(out)])
+    assert res.exit_code == 0, res.output
+    data = json.loads(out.read_text())
+    assert data["machine"]["cpu_count"] >= 1
+    assert {r["kernel"] for r in data["rows"]} == {"spmv", "sddmm"}
+    assert all(r["ours_s"] > 0 for r in data["rows"])
+    assert data["summary"]["sddmm"]["gmean_vs_full_then_mask"] is not None
