@@ -26,12 +26,28 @@ def test_info_json_reports_versions_and_blas():
     assert isinstance(data["threadpools"], list)
 
 
-def test_demo_json_small():
-    r = CliRunner().invoke(main, ["demo", "--scale", "7", "--json"])
+def test_demo_json_small(tmp_path):
+    r = CliRunner().invoke(main, ["demo", "--scale", "8", "--json", "--plot", str(tmp_path)])
     assert r.exit_code == 0, r.output
     data = json.loads(r.output)
-    assert data["graph"]["rows"] == 128 and data["graph"]["nnz"] > 0
-    assert data["reference"]["output_shape"] == [128, 32]
+    assert data["graph"]["vertices"] == 256 and data["graph"]["nnz"] > 0
+    for spec in ("gcn", "attention"):
+        assert data[spec]["max_relative_difference"] < 1e-10
+        assert data[spec]["executed_flops"] < data[spec]["dense_flops"]
+    mem = data["memory"]
+    for run in (mem["main"], mem["tight"]):
+        assert run["measured_peak"] <= run["planned_peak"] <= run["budget"]
+        assert run["max_relative_difference"] == 0.0
+    assert mem["lower_bound"] <= mem["best_schedule_peak"] <= mem["eager_schedule_peak"]
+    num = data["numerics"]
+    assert num["observed_max_error"] <= num["certified_bound"] <= num["bound"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["errors.png", "memory.png",
+                                                          "memory_tight.png", "patterns.png"]
+
+
+def test_demo_infeasible_budget_names_the_smallest():
+    r = CliRunner().invoke(main, ["demo", "--scale", "7", "--budget", "0.01"])
+    assert r.exit_code == 1 and "smallest feasible budget" in r.output
 
 
 def test_demo_rejects_non_square_matrix(tmp_path):

@@ -56,3 +56,37 @@ def test_batched_matmul_is_refused_clearly():
     with pytest.raises(SpecError, match="2-D operands only"):
         emulate(g, {"A": np.ones((2, 3, 4)), "B": np.ones((4, 2))},
                 unit("a100", input="bf16", output="fp32"))
+
+
+SPECS = {
+    "gcn2": (lambda A, X, W: th.relu(A @ (th.relu(A @ (X @ W)) @ W.T)), True),
+    "residual": (lambda A, X, W: (A @ X) * 0.5 + X - th.abs(A @ (X @ W) @ W.T), True),
+    "dense chain": (lambda A, X, W: -(X.T @ (X @ W)), False),
+}
+
+
+@pytest.mark.parametrize("name", sorted(SPECS))
+@pytest.mark.parametrize("unit_name,fin", [("h100", "bf16"), ("v100", "fp16"),
+                                           ("ada", "e4m3")])
+@pytest.mark.parametrize("seed", [0, 1])
+def test_certified_bound_holds_and_is_tighter(name, unit_name, fin, seed):
+    fn, sparse_in = SPECS[name]
+    rng = np.random.default_rng(seed)
+    n, f = 60, 8
+    A = sp.random_array((n, n), density=0.08, format="csr", rng=rng)
+    A.data = rng.standard_normal(A.nnz)
+    X = rng.standard_normal((n, f)) * (100 if seed else 1)
+    W = rng.standard_normal((f, f)) / 3
+    inputs = {"A": A if sparse_in else A.toarray(), "X": X, "W": W}
+    g = th.program(fn).trace(**inputs)
+    r = emulate(g, inputs, unit(unit_name, input=fin, output="fp32"))
+    assert r.observed[0] <= r.certified[0] <= r.bounds[0]
+    assert r.certified[0] < np.inf
+
+
+def test_ops_without_a_rule_give_an_infinite_certified_bound():
+    g = th.program(lambda A, X: th.exp(A @ X)).trace(A=((4, 8), "float64"), X=((8, 2), "float64"))
+    rng = np.random.default_rng(0)
+    r = emulate(g, {"A": rng.random((4, 8)), "X": rng.random((8, 2))},
+                unit("a100", input="bf16", output="fp32"))
+    assert r.certified[0] == np.inf

@@ -9,6 +9,20 @@ graph runs in binary64 (the reference), and :func:`thrifty.numerics.bounds.propa
 gives an a priori bound on every node's max-abs error from the inputs' ranges. The result
 states the observed error and the bound side by side.
 
+Two bounds. The a priori bound needs only the inputs' ranges (max |x|) and is norm-wise:
+for a sparse matrix it charges every one of the ``k`` terms, so it is loose. The
+*certified* bound is a running componentwise bound for the given inputs: every node carries
+an array ``E >= |computed - exact|`` entry by entry, where "exact" is the spec evaluated in
+exact real arithmetic on the original inputs. Rounding an input or a result adds the
+rounding's own size (computed exactly: the two values are within a factor of two, so their
+float64 difference is exact); a product on the unit adds ``rel * (|a||b|) + abs`` with the
+unit's a priori step bound (:func:`thrifty.numerics.bounds.a_priori_bound`, inputs below the
+smallest normal counted as ``2^emin``) plus the propagated ``|a| E_b + E_a |b| + E_a E_b``;
+sums add their bounds, products follow the same rule, and ``relu``, ``neg``, ``abs`` and
+transposes are 1-Lipschitz. The float64 arithmetic that evaluates these bounds is itself
+made safe by a relative margin of ``(k + 2) * 2^-52`` on every product of nonnegative
+arrays. Ops without such a rule (``exp``, ``softmax``, …) give an infinite certified bound.
+
 Sparse operands. A unit computes ``D[i, j]`` as a chain of steps over ``k`` in chunks of
 ``fma``; a chunk whose products are all zero adds exact zeros to the running value, which
 the step returns unchanged (it is already a value of the output format). So for a CSR left
@@ -39,16 +53,19 @@ class EmulatedRun:
     outputs: tuple[np.ndarray, ...]
     reference: tuple[np.ndarray, ...]
     observed: tuple[float, ...]      # max |emulated - reference| per output
-    bounds: tuple[float, ...]        # a priori bound on that max per output
+    bounds: tuple[float, ...]        # a priori bound on that max per output (ranges only)
+    certified: tuple[float, ...]     # componentwise running bound for these inputs
     formats: Mapping[int | str, str]
     unit: str
 
     def within_bounds(self) -> bool:
-        return all(o <= b for o, b in zip(self.observed, self.bounds))
+        return all(o <= b and o <= c
+                   for o, b, c in zip(self.observed, self.bounds, self.certified))
 
     def to_json(self) -> dict[str, Any]:
         return {"unit": self.unit, "observed": list(self.observed),
-                "bounds": list(self.bounds), "within_bounds": self.within_bounds()}
+                "bounds": list(self.bounds), "certified": list(self.certified),
+                "within_bounds": self.within_bounds()}
 
 
 def unit_spmm(unit: Any, A: sp.csr_array, B: np.ndarray) -> np.ndarray:
@@ -87,6 +104,84 @@ def _matmul(unit: Any, a: Any, b: Any) -> np.ndarray:
     return np.asarray(unit.matmul(a, b))
 
 
+def _abs(x: Any) -> Any:
+    return abs(x) if sp.issparse(x) else np.abs(x)
+
+
+def _dense_of(x: Any) -> np.ndarray:
+    return x.toarray() if sp.issparse(x) else np.asarray(x)
+
+
+def _nonneg_matmul(a: Any, b: Any, k: int) -> np.ndarray:
+    """An upper bound of ``a @ b`` for nonnegative ``a``, ``b`` despite float64 rounding."""
+    out = a @ b
+    out = _dense_of(out)
+    return np.asarray(out * (1 + (k + 2) * 2.0**-52), dtype=np.float64)
+
+
+def _rounding_error(before: Any, after: Any) -> Any:
+    """``|after - before|`` of one rounding, entry by entry (exact in float64)."""
+    if sp.issparse(after):
+        return abs(sp.csr_array(after) - sp.csr_array(before))
+    return np.abs(np.asarray(after) - np.asarray(before))
+
+
+def _unit_product_bound(unit: Any, a: Any, b: Any, Ea: Any, Eb: Any) -> np.ndarray:
+    from thrifty.numerics.bounds import a_priori_bound
+    from thrifty.numerics.formats import get_format
+
+    k = a.shape[1]
+    step = a_priori_bound(unit.model, k)
+    tiny = 2.0 ** get_format(unit.model.input).emin
+    if sp.issparse(a):
+        amag = sp.csr_array(a, copy=True)
+        amag.data = np.maximum(np.abs(amag.data), tiny)
+    else:
+        amag = np.where(a != 0, np.maximum(np.abs(a), tiny), 0.0)
+    bmag = np.where(b != 0, np.maximum(np.abs(b), tiny), 0.0)
+    mu = _nonneg_matmul(amag, bmag, k)
+    E = mu * step.relative + step.absolute
+    E = E + _nonneg_matmul(_abs(a), Eb, k) + _nonneg_matmul(Ea, np.abs(b), k) \
+        + _nonneg_matmul(Ea, Eb, k)
+    return np.asarray(E * (1 + 2.0**-50))
+
+
+def _round_operand(a: Any, fmt: str) -> Any:
+    """An operand of the unit: its values rounded to the unit's input format."""
+    from thrifty.numerics import round as fround
+
+    if sp.issparse(a):
+        r = sp.csr_array(a, dtype=np.float64, copy=True)
+        r.data = fround(r.data, fmt, saturation="finite")
+        return r
+    return fround(np.asarray(a, dtype=np.float64), fmt, saturation="finite")
+
+
+_LIPSCHITZ_1 = ("relu", "neg", "abs")
+
+
+def _propagate_error(op: str, node_attrs: Any, vals: list[Any], errs: list[Any]) -> Any:
+    """E of an exactly computed op (before its result is rounded), or None: no rule."""
+    if op == "const":
+        return np.zeros(())
+    if op in _LIPSCHITZ_1:
+        return errs[0]
+    if op == "sum":
+        e = _dense_of(errs[0])
+        k = max(1, e.size)
+        return np.sum(e, axis=tuple(node_attrs["axis"]),
+                      keepdims=node_attrs["keepdims"]) * (1 + (k + 2) * 2.0**-52)
+    if op == "transpose":
+        return errs[0].T if sp.issparse(errs[0]) else np.transpose(errs[0], node_attrs["axes"])
+    if op in ("add", "sub"):
+        return (_dense_of(errs[0]) + _dense_of(errs[1])) * (1 + 2.0**-51)
+    if op == "mul":
+        a, b = (_dense_of(v) for v in vals)
+        ea, eb = (_dense_of(e) for e in errs)
+        return (np.abs(a) * eb + ea * np.abs(b) + ea * eb) * (1 + 2.0**-50)
+    return None
+
+
 def default_formats(graph: Graph, unit: Any) -> dict[int | str, str]:
     """Inputs in the unit's input format, every other node in its output format."""
     fin, fout = unit.model.input, unit.model.output
@@ -115,6 +210,7 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
     fmts: dict[int | str, str] = {**default_formats(graph, unit), **(formats or {})}
     fin = unit.model.input
     values: dict[int, Any] = {}
+    errors: dict[int, Any] = {}  # E >= |computed - exact|, entry by entry; None: unknown
     for node in graph:
         if node.op == "input":
             assert node.name is not None
@@ -123,28 +219,41 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
                 if raw.shape != node.type.shape:
                     raise SpecError(f"input {node.name!r} has shape {raw.shape}, but the graph "
                                     f"was traced for shape {node.type.shape}")
-                A = sp.csr_array(raw, dtype=np.float64, copy=True)
+                exact = sp.csr_array(raw, dtype=np.float64, copy=True)
+                A = exact.copy()
                 A.data = fround(A.data, fmts[node.id], saturation="finite")
                 values[node.id] = A
+                errors[node.id] = _rounding_error(exact, A)
             else:
-                x = dense_input(node.name, raw, node.type.shape, node.type.dtype)
-                values[node.id] = fround(np.asarray(x, dtype=np.float64), fmts[node.id],
-                                         saturation="finite")
+                x = np.asarray(dense_input(node.name, raw, node.type.shape, node.type.dtype),
+                               dtype=np.float64)
+                values[node.id] = fround(x, fmts[node.id], saturation="finite")
+                errors[node.id] = _rounding_error(x, values[node.id])
             continue
         args = [values[i] for i in node.inputs]
+        errs = [errors[i] for i in node.inputs]
         if node.op == "matmul":
-            ops = [a if sp.issparse(a) else fround(np.asarray(a), fin, saturation="finite")
-                   for a in args]
-            if sp.issparse(ops[1]):
+            if sp.issparse(args[1]):
                 raise SpecError("emulated matmul takes a sparse operand on the left only")
+            ops = [_round_operand(a, fin) for a in args]
             res = _matmul(unit, ops[0], ops[1])
+            if any(e is None for e in errs):
+                err = None
+            else:
+                ea = errs[0] + _rounding_error(args[0], ops[0])
+                eb = _dense_of(errs[1]) + _rounding_error(args[1], ops[1])
+                err = _unit_product_bound(unit, ops[0], ops[1], ea, eb)
         else:
             dense = [a.toarray() if sp.issparse(a) else a for a in args]
             with np.errstate(all="ignore"):
                 res = np.asarray(get_op(node.op).reference(*dense, **node.attrs),
                                  dtype=np.float64)
-        values[node.id] = fround(np.asarray(res, dtype=np.float64), fmts[node.id],
-                                 saturation="finite")
+            err = None if any(e is None for e in errs) else \
+                _propagate_error(node.op, node.attrs, dense, errs)
+        res = np.asarray(res, dtype=np.float64)
+        values[node.id] = fround(res, fmts[node.id], saturation="finite")
+        errors[node.id] = None if err is None else \
+            _dense_of(err) + _rounding_error(res, values[node.id])
     outs = tuple(np.asarray(values[o]) for o in graph.outputs)
     ref = evaluate(graph, inputs)
     observed = tuple(float(np.max(np.abs(o - r))) if o.size else 0.0
@@ -156,4 +265,7 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
         ranges[graph[i].name or ""] = float(np.max(np.abs(data))) if np.size(data) else 0.0
     facts = propagate_bounds(graph, fmts, unit, ranges=ranges)
     bounds = tuple(float(facts[o].value) for o in graph.outputs)
-    return EmulatedRun(outs, ref, observed, bounds, fmts, unit.model.name)
+    certified = tuple(float("inf") if errors[o] is None else
+                      (float(np.max(errors[o])) * (1 + 2.0**-50) if np.size(errors[o]) else 0.0)
+                      for o in graph.outputs)
+    return EmulatedRun(outs, ref, observed, bounds, certified, fmts, unit.model.name)

@@ -920,12 +920,11 @@ class SparsePlan:
         if unknown:
             raise SpecError(f"unknown input(s) {unknown}; the plan's inputs are "
                             f"{list(self.inputs)}")
-        feed = {f"in:{n}": s.check(inputs[n]) for n, s in self.inputs.items()}
-        feed.update(self._consts)
+        feed = self.feed(inputs)
         if scheduler is None:
             scheduler = "threads" if self.parallel and \
                 self.taskgraph.total_time() >= self.cost.inline_seconds else "inline"
-        keys = [v.buffer for v in self._outputs]
+        keys = self.output_buffers()
         vals = execute_taskgraph(self.taskgraph, feed, keys, scheduler, self.cost.threads)
         outs = []
         for val, o in zip(vals, self.graph.outputs):
@@ -942,6 +941,18 @@ class SparsePlan:
         if self.structure is None:
             return outs[0]
         return self.structure(outs)
+
+    def feed(self, inputs: Mapping[str, Any]) -> dict[str, Any]:
+        """The values of :attr:`taskgraph`'s input buffers for these inputs (checked against
+        the plan's patterns), constants included: what a memory plan of the task graph
+        runs on (:func:`thrifty.runtime.execute`)."""
+        feed = {f"in:{n}": s.check(inputs[n]) for n, s in self.inputs.items()}
+        feed.update(self._consts)
+        return feed
+
+    def output_buffers(self) -> list[str]:
+        """The buffers of :attr:`taskgraph` that hold the outputs, in order."""
+        return [v.buffer for v in self._outputs]
 
     def report(self) -> dict[str, Any]:
         """Tasks, kernels ``{name: count}``, useful and executed flops, inspection time."""
@@ -1042,7 +1053,8 @@ def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None =
     for node in graph:
         if node.op == "input":
             s = specs[node.name or ""]
-            bid = b.buffer(f"in:{s.name}", _nbytes(s.shape, s.dtype), None)
+            nnz = len(s.indices) if s.sparse and s.indices is not None else None
+            bid = b.buffer(f"in:{s.name}", _nbytes(s.shape, s.dtype, nnz), None)
             struct = prop.forward[node.id].elements if s.sparse else None
             b.values[node.id] = _Value(bid, "csr" if s.sparse else "dense", struct)
         elif node.op == "const":
