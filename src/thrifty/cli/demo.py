@@ -186,7 +186,7 @@ def numerics_step(inputs: dict[str, Any], unit_name: str = "h100") -> tuple[dict
 
 
 def write_plots(directory: Path, inputs: dict[str, Any], plans: dict[str, Any],
-                mem: tuple[Any, Any], emu: Any, bandwidth: float) -> list[str]:
+                mem: tuple[Any, Any, Any], emu: Any, bandwidth: float) -> list[str]:
     """Spy plots, the memory timeline with its budget, observed errors against the bound."""
     import matplotlib
 
