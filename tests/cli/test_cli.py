@@ -66,3 +66,30 @@ def test_console_script_runs():
     out = subprocess.run([sys.executable, "-m", "thrifty.cli", "--help"], capture_output=True,
                          text=True, check=True)
     assert "thrifty" in out.stdout
+
+
+def test_demo_on_a_local_cluster_gives_the_same_figures():
+    r = CliRunner().invoke(main, ["demo", "--scale", "8", "--local-cluster", "2", "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output[r.output.index("{"):])
+    assert data["scheduler"].startswith("dask.distributed at tcp://")
+    assert data["gcn"]["max_relative_difference"] < 1e-10
+    assert data["attention"]["max_relative_difference"] < 1e-10
+    tight = data["memory"]["tight"]
+    assert tight["max_relative_difference"] == 0.0
+    assert tight["measured_peak"] <= tight["planned_peak"] <= tight["budget"]
+
+
+def test_demo_unreachable_scheduler_fails_fast():
+    import time
+
+    t0 = time.perf_counter()
+    r = CliRunner().invoke(main, ["demo", "--scheduler", "tcp://127.0.0.1:9"])
+    assert r.exit_code == 1 and "could not reach the Dask scheduler" in r.output
+    assert time.perf_counter() - t0 < 30  # a clear error, not a hang
+
+
+def test_demo_rejects_scheduler_and_local_cluster_together():
+    r = CliRunner().invoke(main, ["demo", "--scheduler", "tcp://127.0.0.1:9",
+                                  "--local-cluster", "2"])
+    assert r.exit_code == 1 and "not both" in r.output

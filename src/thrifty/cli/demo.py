@@ -96,7 +96,7 @@ def _rel(a: Any, b: Any) -> float:
 
 
 def sparse_step(name: str, prog: th.Program, inputs: dict[str, Any],
-                repeat: int) -> tuple[dict[str, Any], Any]:
+                repeat: int, scheduler: Any = None) -> tuple[dict[str, Any], Any]:
     """Reference run, specialization, specialized runs; figures and the plan."""
     from thrifty.runtime.reference import evaluate
 
@@ -105,8 +105,8 @@ def sparse_step(name: str, prog: th.Program, inputs: dict[str, Any],
     t0 = time.perf_counter()
     plan = prog.specialize(**inputs)
     t_inspect = time.perf_counter() - t0
-    plan(**inputs)  # warm-up (compiles kernels on first use)
-    t_sparse, out = _best_of(lambda: plan(**inputs), repeat)
+    plan.run(inputs, scheduler=scheduler)  # warm-up (compiles kernels on first use)
+    t_sparse, out = _best_of(lambda: plan.run(inputs, scheduler=scheduler), repeat)
     rep = plan.report()
     patterns = {}
     for node in graph:
@@ -121,13 +121,15 @@ def sparse_step(name: str, prog: th.Program, inputs: dict[str, Any],
 
 
 def _planned_run(plan: Any, tg: Any, inputs: dict[str, Any], expected: tuple[Any, Any],
-                 budget: int, bandwidth: float) -> tuple[dict[str, Any], Any]:
+                 budget: int, bandwidth: float, scheduler: Any = None
+                 ) -> tuple[dict[str, Any], Any]:
     from thrifty import memory
     from thrifty.runtime.execute import execute
 
     mplan = memory.plan(tg, budget, offload_bandwidth=bandwidth, time_limit=5.0)
     sim = memory.simulate(tg, mplan, offload_bandwidth=bandwidth)
-    run = execute(tg, mplan, plan.feed(inputs), offload_bandwidth=bandwidth)
+    run = execute(tg, mplan, plan.feed(inputs), offload_bandwidth=bandwidth,
+                  scheduler=scheduler or "sync")
     diff = max(_rel(run.results[b], e) for b, e in zip(plan.output_buffers(), expected))
     ops = [s.op for s in mplan.steps]
     return {"budget": budget, "planned_peak": sim.peak, "measured_peak": run.peak_bytes,
@@ -139,7 +141,7 @@ def _planned_run(plan: Any, tg: Any, inputs: dict[str, Any], expected: tuple[Any
 
 
 def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget_fraction: float,
-                bandwidth: float) -> tuple[dict[str, Any], Any]:
+                bandwidth: float, scheduler: Any = None) -> tuple[dict[str, Any], Any]:
     """Specialize both blocks as one program, plan its TaskGraph under a budget, and execute
     it following the plan.
 
@@ -158,9 +160,9 @@ def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget_fracti
     best = memory.schedule(tg, time_limit=2.0)
     lb = lower_bound(tg)
     main, mplan = _planned_run(plan, tg, inputs, expected, int(budget_fraction * unplanned),
-                               bandwidth)
+                               bandwidth, scheduler)
     tight, tplan = _planned_run(plan, tg, inputs, expected, max(lb, int(0.85 * best.peak)),
-                                bandwidth)
+                                bandwidth, scheduler)
     return {"tasks": len(tg), "unplanned_peak": unplanned,
             "eager_schedule_peak": memory.simulate(tg, tg.order).peak,
             "best_schedule_peak": best.peak, "lower_bound": lb,
@@ -250,26 +252,35 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 
 def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
              budget_fraction: float = 0.6, bandwidth: float = 16e9, repeat: int = 3,
-             plot_dir: Path | None = None, progress: bool = False) -> dict[str, Any]:
-    """Run every step of the demo and return its figures."""
+             plot_dir: Path | None = None, progress: bool = False,
+             scheduler: Any = None) -> dict[str, Any]:
+    """Run every step of the demo and return its figures.
+
+    ``scheduler``: ``None`` (the specialized plans choose; plans are executed in this
+    process), or a ``dask.distributed.Client`` that runs both.
+    """
     if not 0 < budget_fraction:
         raise th.InfeasibleBudget(f"budget fraction {budget_fraction} must be > 0")
     with _progress(progress) as say:
         say("generating inputs")
         inputs = demo_inputs(scale, seed, matrix)
         A = inputs["A"]
-        figures: dict[str, Any] = {"graph": {
+        figures: dict[str, Any] = {"scheduler": "local" if scheduler is None else
+                                   f"dask.distributed at {scheduler.scheduler.address}",
+                                   "graph": {
             "source": str(matrix) if matrix else f"rmat(scale={scale}, seed={seed})",
             "vertices": A.shape[0], "nnz": int(A.nnz),
             "density": A.nnz / float(A.shape[0] * A.shape[1])}}
         say("GCN: reference and specialized runs")
         gin = {k: inputs[k] for k in ("A", "X", "W1", "W2")}
-        figures["gcn"], (gplan, gout) = sparse_step("gcn2", gcn2, gin, repeat)
+        figures["gcn"], (gplan, gout) = sparse_step("gcn2", gcn2, gin, repeat, scheduler)
         say("attention: reference and specialized runs")
         ain = {"S": A, **{k: inputs[k] for k in ("X", "Wq", "Wk", "Wv")}}
-        figures["attention"], (aplan, aout) = sparse_step("attention", attention, ain, repeat)
+        figures["attention"], (aplan, aout) = sparse_step("attention", attention, ain,
+                                                            repeat, scheduler)
         say("memory: planning both blocks' task graph under the budget, executing the plan")
-        figures["memory"], mem = memory_step(inputs, (gout, aout), budget_fraction, bandwidth)
+        figures["memory"], mem = memory_step(inputs, (gout, aout), budget_fraction,
+                                                   bandwidth, scheduler)
         say("numerics: GCN in bf16 on the H100 unit model")
         figures["numerics"], emu = numerics_step(inputs)
         if plot_dir is not None:
@@ -334,14 +345,22 @@ def print_summary(f: dict[str, Any]) -> None:
               help="Offload bandwidth in bytes per second (PCIe-like by default).")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write PNG figures into this directory.")
+@click.option("--scheduler", "address", metavar="tcp://HOST:PORT",
+              help="Run on an existing dask.distributed scheduler.")
+@click.option("--local-cluster", "local_workers", type=int, metavar="N",
+              help="Run on a new local Dask cluster of N worker processes.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def demo(matrix: Path | None, scale: int, seed: int, budget_fraction: float, bandwidth: float,
-         plot_dir: Path | None, as_json: bool) -> None:
+         plot_dir: Path | None, address: str | None, local_workers: int | None,
+         as_json: bool) -> None:
     """Sparse specialization, memory planning and emulated precision on one program."""
+    from thrifty.runtime.cluster import connect
+
     try:
-        figures = run_demo(scale=scale, seed=seed, matrix=matrix,
-                           budget_fraction=budget_fraction, bandwidth=bandwidth,
-                           plot_dir=plot_dir, progress=not as_json)
+        with connect(address, local_workers) as client:
+            figures = run_demo(scale=scale, seed=seed, matrix=matrix,
+                               budget_fraction=budget_fraction, bandwidth=bandwidth,
+                               plot_dir=plot_dir, progress=not as_json, scheduler=client)
     except th.ThriftyError as e:
         raise click.ClickException(str(e)) from None
     if as_json:
