@@ -77,9 +77,9 @@ def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int
     for name, s in peers.items():
         if s:
             t.add_row(name, _fmt(s), _fmt(rep["useful_flops"] / s / 1e9), _fmt(s / seconds))
-    c = Console()
-    c.print(t)
-    c.print(f"kernels: {rep['kernels']}  tasks: {rep['tasks']}  "
+    console = Console()
+    console.print(t)
+    console.print(f"kernels: {rep['kernels']}  tasks: {rep['tasks']}  "
             f"inspection: {rep['inspect_seconds']:.3g} s  "
             f"executed/useful flops: {rep['executed_flops'] / max(1, rep['useful_flops']):.3g}")
 

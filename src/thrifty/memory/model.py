@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Hashable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 from thrifty.errors import PlanError
 from thrifty.graph.taskgraph import TaskGraph
@@ -63,7 +63,9 @@ class Plan:
 
     @staticmethod
     def from_steps(steps: Sequence[Step | tuple[str, Hashable]], **kw: Any) -> Plan:
-        return Plan(tuple(s if isinstance(s, Step) else Step(*s) for s in steps), **kw)
+        # a tuple's op is any str here; Step.__post_init__ rejects an unknown one
+        return Plan(tuple(s if isinstance(s, Step) else Step(*cast("tuple[StepOp, Hashable]", s))
+                          for s in steps), **kw)
 
     @staticmethod
     def from_order(g: TaskGraph, order: Sequence[Hashable], **kw: Any) -> Plan:

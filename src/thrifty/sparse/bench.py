@@ -312,7 +312,7 @@ def run_benchmark(quick: bool = True, kernels: Sequence[str] | None = None,
             if progress:
                 progress(f"{name} {kernel}")
             prog = progs[kernel]
-            from thrifty.sparse.specialize import specialize
+            from thrifty.sparse.specialize import SparsePlan, specialize
 
             tr = prog.traced(**inp)
             # the first specialization also loads/compiles the numba kernels: not timed
@@ -320,8 +320,11 @@ def run_benchmark(quick: bool = True, kernels: Sequence[str] | None = None,
             t0 = time.perf_counter()
             plan = specialize(tr.graph, inp, structure=tr.structure, cost=cost)
             inspect = time.perf_counter() - t0
-            fns = {"ours": lambda plan=plan, inp=inp: plan.run(inp),
-                   **peer_fns(kernel, A, inp, peers)}
+
+            def run_ours(plan: SparsePlan = plan, inp: dict = inp) -> Any:
+                return plan.run(inp)
+
+            fns = {"ours": run_ours, **peer_fns(kernel, A, inp, peers)}
             peer = interleaved_times(fns, repeat)
             ours = peer.pop("ours")
             rep = plan.report()

@@ -247,8 +247,10 @@ class Pattern:
             a, b = self.elements, other.elements
             return (a.nnz == b.nnz and np.array_equal(a.indptr, b.indptr)
                     and np.array_equal(a.indices, b.indices))
+        blocks, other_blocks = self.blocks, other.blocks
+        assert blocks is not None and other_blocks is not None  # neither is dense
         return (self.elements is None) == (other.elements is None) and \
-            self.block == other.block and (self.blocks != other.blocks).nnz == 0  # type: ignore[operator]
+            self.block == other.block and (blocks != other_blocks).nnz == 0
 
     def fingerprint(self) -> str:
         """A hash of the structure (shape only for dense patterns)."""

@@ -190,8 +190,8 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
         return out
     if op == "div":
         num, den = (_operand(graph, pats, i, shape) for i in ins)
-        c = _const_value(graph, ins[1])
-        if den.is_dense and (c is None or np.all(c != 0)):
+        cden = _const_value(graph, ins[1])
+        if den.is_dense and (cden is None or np.all(cden != 0)):
             return num  # 0 / y is 0 (implicit zeros are structural)
         return Pattern.dense(shape)
     if len(ins) in (1, 2):
@@ -199,11 +199,11 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
         zeros = tuple(i for i in ins if graph[i].op != "const")
         if not zero_preserving(graph, node, zeros):
             return Pattern.dense(shape)
-        out = None
+        acc: Pattern | None = None
         for i in zeros:
             p = _operand(graph, pats, i, shape)
-            out = p if out is None else out.union(p)
-        return out if out is not None else Pattern.dense(shape)
+            acc = p if acc is None else acc.union(p)
+        return acc if acc is not None else Pattern.dense(shape)
     return Pattern.dense(shape)
 
 
@@ -231,7 +231,7 @@ def _backward_node(graph: Graph, node: Node, need_out: Pattern | None,
     if len(shape) != 2:
         return [None] * len(ins)
     if op in _INTERSECTING:
-        res = []
+        res: list[Pattern | None] = []
         for k in range(len(ins)):
             if not same[k]:
                 res.append(None)
@@ -270,8 +270,9 @@ def _forward(graph: Graph, inputs: Mapping[str, Any],
     need = need or {}
     for node in graph:
         if node.op == "input":
-            p = inputs[node.name] if isinstance(inputs.get(node.name or ""), Pattern) else \
-                input_pattern(inputs.get(node.name or ""), node.type.shape)
+            value = inputs.get(node.name or "")
+            p = value if isinstance(value, Pattern) else \
+                input_pattern(value, node.type.shape)
         else:
             p = _forward_node(graph, node, eff, _BLOCKS_ONLY if first else need.get(node.id))
         fwd[node.id] = p

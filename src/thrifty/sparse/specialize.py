@@ -49,7 +49,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -111,16 +111,18 @@ class InputSpec:
                 value.indices is self.indices:
             # the very index arrays inspected: same pattern, already canonical
             return value if isinstance(value, sp.csr_array) else sp.csr_array(value)
+        indptr, indices = self.indptr, self.indices
+        assert indptr is not None and indices is not None  # set for every sparse input
         C = canonical_csr(value, self.name)
-        if C.indptr is self.indptr and C.indices is self.indices:
+        if C.indptr is indptr and C.indices is indices:
             return C
-        if not (len(C.indices) == len(self.indices)  # type: ignore[arg-type]
-                and np.array_equal(C.indptr, self.indptr)
-                and np.array_equal(C.indices, self.indices)):
+        if not (len(C.indices) == len(indices)
+                and np.array_equal(C.indptr, indptr)
+                and np.array_equal(C.indices, indices)):
             raise PatternError(
                 f"input {self.name!r} has a different sparsity pattern ({C.nnz} stored "
                 f"entries, fingerprint {structure_fingerprint(C)}) from the one the plan was "
-                f"specialized for ({len(self.indices)} entries, fingerprint "  # type: ignore[arg-type]
+                f"specialized for ({len(indices)} entries, fingerprint "
                 f"{self.fingerprint}); specialize again (calling the program does so)")
         return C
 
@@ -335,10 +337,12 @@ class _Gather:
             return np.broadcast_to(np.asarray(v), self.shape)[self.rows, self.cols]
         if self.kind == "same":
             return v.data
+        found, pos = self.found, self.pos
+        assert found is not None and pos is not None  # kind == "csr" sets both
         d = v.data
         if len(d) == 0:
-            return np.zeros(len(self.found), dtype=d.dtype)  # type: ignore[arg-type]
-        return np.where(self.found, d[self.pos], np.zeros((), dtype=d.dtype))  # type: ignore[index]
+            return np.zeros(len(found), dtype=d.dtype)
+        return np.where(found, d[pos], np.zeros((), dtype=d.dtype))
 
 
 class _ElementwiseCsr:
@@ -984,7 +988,7 @@ def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str
     ``dask.distributed.Client``.
     """
     if scheduler == "inline":
-        env: dict[str, Any] = dict(feed)
+        env: dict[Hashable, Any] = dict(feed.items())
         remaining = {b: len(r) for b, r in tg.readers.items()}
         keep = set(keys)
         for tid in tg.order:
@@ -995,7 +999,7 @@ def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str
                 if remaining[r] == 0 and r not in keep:
                     env.pop(r, None)
         return [env[k] for k in keys]
-    dsk: dict[str, Any] = dict(feed)
+    dsk: dict[Hashable, Any] = dict(feed.items())
     for t in tg.tasks.values():
         dsk[t.writes[0]] = (t.fn, *t.reads)
     if scheduler == "sync":
@@ -1007,7 +1011,15 @@ def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str
 
         return list(get(dsk, list(keys), num_workers=threads))
     if hasattr(scheduler, "get") and hasattr(scheduler, "submit"):
-        return list(scheduler.get(dsk, list(keys), sync=True))
+        # fresh key names per run: a cluster may still be forgetting the previous run's keys
+        import uuid
+
+        tag = uuid.uuid4().hex[:12]
+        name = {k: f"{k}@{tag}" for k in dsk}
+        fresh: dict[str, Any] = {name[k]: v for k, v in feed.items()}
+        for t in tg.tasks.values():
+            fresh[name[t.writes[0]]] = (t.fn, *(name[r] for r in t.reads))
+        return list(scheduler.get(fresh, [name[k] for k in keys], sync=True))
     raise SpecError(f"unknown scheduler {scheduler!r}; valid: 'sync', 'threads', 'inline', "
                     "None, or a dask.distributed.Client")
 
