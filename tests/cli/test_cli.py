@@ -93,3 +93,21 @@ def test_demo_rejects_scheduler_and_local_cluster_together():
     r = CliRunner().invoke(main, ["demo", "--scheduler", "tcp://127.0.0.1:9",
                                   "--local-cluster", "2"])
     assert r.exit_code == 1 and "not both" in r.output
+
+
+def test_demo_malformed_matrix_names_the_file_and_line(tmp_path):
+    p = tmp_path / "bad.mtx"
+    p.write_text("%%MatrixMarket matrix coordinate real general\n3 3 2\n1 1 1.0\n9 x 2.0\n")
+    r = CliRunner().invoke(main, ["demo", "--matrix", str(p)])
+    assert r.exit_code == 1 and "bad.mtx" in r.output and "line" in r.output
+
+
+def test_demo_on_a_real_matrix_file():
+    from thrifty.testing import require_shared_data
+
+    path = require_shared_data("matrices", "Newman", "dolphins.mtx")
+    r = CliRunner().invoke(main, ["demo", "--matrix", str(path), "--json"])
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.output)
+    assert data["graph"]["vertices"] == 62
+    assert data["numerics"]["observed_max_error"] <= data["numerics"]["certified_bound"]
