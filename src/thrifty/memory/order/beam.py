@@ -20,6 +20,7 @@ from __future__ import annotations
 import time
 
 from thrifty.memory.order.compact import Compact
+from thrifty.memory.order.exact import Lattice
 
 __all__ = ["beam_order"]
 
@@ -32,16 +33,8 @@ def beam_order(c: Compact, width: int = 32, time_limit: float | None = None) -> 
     """
     n = c.n
     t0 = time.perf_counter()
-    size, result, reads, kept = c.size, c.result, c.reads, c.kept
-    hill = [c.out[t] + c.ws[t] for t in range(n)]
-    pred_mask = [0] * n
-    for t in range(n):
-        for p in c.preds[t]:
-            pred_mask[t] |= 1 << p
-    reader_mask = [0] * len(size)
-    for b in range(len(size)):
-        for r in c.readers[b]:
-            reader_mask[b] |= 1 << r
+    lattice = Lattice(c, with_bounds=False)
+    pred_mask = lattice.pred_mask
     ready0 = 0
     for t in range(n):
         if not c.preds[t]:
@@ -52,24 +45,7 @@ def beam_order(c: Compact, width: int = 32, time_limit: float | None = None) -> 
     for _depth in range(n):
         nxt: dict[int, tuple[int, int, int, int, tuple | None]] = {}
         for v, mem, s, ready, path in beam:
-            moves = []
-            r = ready
-            while r:
-                low = r & -r
-                t = low.bit_length() - 1
-                r ^= low
-                run = mem + hill[t]
-                nv = v if run <= v else run
-                nm = mem + kept[t]
-                ns = s | low
-                for b in reads[t]:
-                    if not result[b] and reader_mask[b] & ~ns == 0:
-                        nm -= size[b]
-                if nv == v and nm <= mem:
-                    moves = [(t, nv, nm, ns)]
-                    break
-                moves.append((t, nv, nm, ns))
-            for t, nv, nm, ns in moves:
+            for t, nv, nm, ns in lattice.moves(v, mem, s, ready):
                 old = nxt.get(ns)
                 if old is not None and (old[0], old[1]) <= (nv, nm):
                     continue

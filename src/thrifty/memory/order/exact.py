@@ -66,11 +66,14 @@ class Lattice:
     :mod:`thrifty.memory.order.local`) share them.
     """
 
-    def __init__(self, c: Compact, task_bounds: list[int] | None = None) -> None:
+    def __init__(self, c: Compact, task_bounds: list[int] | None = None,
+                 with_bounds: bool = True) -> None:
         n = c.n
         self.c = c
         self.hill = [c.out[t] + c.ws[t] for t in range(n)]
-        self.bounds = c.task_bounds() if task_bounds is None else task_bounds
+        if task_bounds is None:
+            task_bounds = c.task_bounds() if with_bounds else [0] * n
+        self.bounds = task_bounds
         self.by_bound = sorted(range(n), key=lambda t: -self.bounds[t])
         self.pred_mask = [0] * n
         for t in range(n):
@@ -81,6 +84,31 @@ class Lattice:
             for r in c.readers[b]:
                 self.reader_mask[b] |= 1 << r
 
+    def moves(self, v: int, mem: int, s: int, ready: int) -> list[tuple[int, int, int, int]]:
+        """The moves from a state (peak so far ``v``, bytes resident ``mem``, executed set
+        ``s``, ready set ``ready``): ``(task, peak so far, resident after, executed set)``
+        per ready task. A move that raises neither the peak nor the resident bytes dominates
+        every other and is returned alone."""
+        c, hill, reader_mask = self.c, self.hill, self.reader_mask
+        size, result, reads, kept = c.size, c.result, c.reads, c.kept
+        moves = []
+        r = ready
+        while r:
+            low = r & -r
+            t = low.bit_length() - 1
+            r ^= low
+            run = mem + hill[t]
+            nv = v if run <= v else run
+            nm = mem + kept[t]
+            ns = s | low
+            for b in reads[t]:
+                if not result[b] and reader_mask[b] & ~ns == 0:
+                    nm -= size[b]
+            if nv == v and nm <= mem:
+                return [(t, nv, nm, ns)]
+            moves.append((t, nv, nm, ns))
+        return moves
+
     def search(self, start: int, goal: int, start_mem: int, start_value: int,
                upper_bound: int | None, deadline: float, max_states: int
                ) -> tuple[list[int] | None, int | None, int, bool, int]:
@@ -89,9 +117,7 @@ class Lattice:
         Returns ``(tasks run, peak over them, lower bound, finished, states)``; the tasks
         are ``None`` when the search stopped early or nothing beats ``upper_bound``.
         """
-        c, hill, bounds = self.c, self.hill, self.bounds
-        size, result, reads, kept = c.size, c.result, c.reads, c.kept
-        pred_mask, reader_mask = self.pred_mask, self.reader_mask
+        c, bounds, pred_mask = self.c, self.bounds, self.pred_mask
         todo = [t for t in self.by_bound if (goal >> t) & 1 and not (start >> t) & 1]
 
         def rest_bound(s: int) -> int:
@@ -126,24 +152,7 @@ class Lattice:
             pops += 1
             if pops % 256 == 0 and (time.perf_counter() > deadline or len(best) > max_states):
                 return None, None, f, False, len(best)
-            moves = []
-            r = ready
-            while r:
-                low = r & -r
-                t = low.bit_length() - 1
-                r ^= low
-                run = mem + hill[t]
-                nv = v if run <= v else run
-                nm = mem + kept[t]
-                ns = s | low
-                for b in reads[t]:
-                    if not result[b] and reader_mask[b] & ~ns == 0:
-                        nm -= size[b]
-                if nv == v and nm <= mem:
-                    moves = [(t, nv, nm, ns)]
-                    break
-                moves.append((t, nv, nm, ns))
-            for t, nv, nm, ns in moves:
+            for t, nv, nm, ns in self.moves(v, mem, s, ready):
                 old = best.get(ns)
                 if old is not None and old <= nv:
                     continue
