@@ -217,10 +217,16 @@ class _SpmvPanel:
 
     def __call__(self, out: np.ndarray, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
         r0, r1 = self.r0, self.r1
+        x = np.asarray(x)
+        if self.dtype in _NUMBA_DTYPES and A.data.dtype == self.dtype == x.dtype:
+            # the compiled kernel reads the rows in place (a scipy matrix built on slices
+            # would copy them: scipy prunes arrays that are views of larger ones)
+            K.spmv_rows(A.indptr, A.indices, A.data, x, out[r0:r1], r0, r1)
+            return out[r0:r1]
         p0, p1 = A.indptr[r0], A.indptr[r1]
         sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
                            shape=(r1 - r0, A.shape[1]), copy=False)
-        out[r0:r1] = sub @ np.asarray(x)
+        out[r0:r1] = sub @ x
         return out[r0:r1]
 
 
