@@ -92,11 +92,10 @@ class InputSpec:
         if shape != self.shape:
             raise ShapeError(f"input {self.name!r} has shape {shape}, but the plan was "
                              f"specialized for shape {self.shape}")
-        dtype = np.dtype(value.dtype).name if hasattr(value, "dtype") else \
-            np.asarray(value).dtype.name
-        if dtype != self.dtype:
-            raise SpecError(f"input {self.name!r} has dtype {dtype}, but the plan was "
-                            f"specialized for dtype {self.dtype}; cast the input or "
+        dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
+        if dtype != self.dtype:  # numpy compares a dtype with its name without building one
+            raise SpecError(f"input {self.name!r} has dtype {np.dtype(dtype).name}, but the "
+                            f"plan was specialized for dtype {self.dtype}; cast the input or "
                             "specialize again")
         if not self.sparse:
             if sp.issparse(value):
