@@ -289,7 +289,8 @@ class Program:
                 raise SpecError(f"program {fn.__name__!r}: *args/**kwargs are not supported; "
                                 "name every input")
         self._traces: dict[tuple[TensorType, ...], Traced] = {}
-        self._plans: dict[Any, Any] = {}
+        self._plans: dict[Any, Any] = {}  # specialized plans by (types, pattern fingerprints)
+        self._last_plan: Any = None
         self.__name__ = getattr(fn, "__name__", "program")
         self.__doc__ = fn.__doc__
 
@@ -357,7 +358,7 @@ class Program:
         from thrifty.sparse.pattern import canonical_csr, structure_fingerprint
 
         inputs = self.bind(args, kwargs)
-        last = self._plans.get("last")
+        last = self._last_plan
         if last is not None and last.matches(inputs):
             return last
         types = tuple(type_of_value(k, v) for k, v in inputs.items())
@@ -368,7 +369,7 @@ class Program:
         if plan is None:
             plan = self.specialize(**inputs)
             self._plans[key] = plan
-        self._plans["last"] = plan
+        self._last_plan = plan
         return plan
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

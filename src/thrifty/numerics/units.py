@@ -1036,26 +1036,18 @@ def _compiled_eligible(md: UnitModel) -> bool:
 
 def _align_term_py(m, sh, mode, neg):
     """A term ``m 2^sh`` (window units) kept as an integer: truncated, floored or sticky."""
-    if mode == 2:
-        s1 = sh - 1
-        if s1 >= 0:
-            t = m << s1
-            lost = False
-        else:
-            r = min(-s1, 63)
-            t = m >> r
-            lost = (t << r) != m
-        t = (t << 1) | (1 if lost else 0)
+    s = sh - 1 if mode == 2 else sh  # sticky mode keeps one more bit below the window
+    if s >= 0:
+        t = m << s
+        lost = False
     else:
-        if sh >= 0:
-            t = m << sh
-            lost = False
-        else:
-            r = min(-sh, 63)
-            t = m >> r
-            lost = (t << r) != m
-        if mode == 1 and neg and lost:
-            t += 1
+        r = min(-s, 63)
+        t = m >> r
+        lost = (t << r) != m
+    if mode == 2:
+        t = (t << 1) | (1 if lost else 0)
+    elif mode == 1 and neg and lost:
+        t += 1
     return -t if neg else t
 
 

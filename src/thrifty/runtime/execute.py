@@ -19,9 +19,9 @@ are read back on prefetch.
 
 from __future__ import annotations
 
+import itertools
 import os
 import pickle
-import tempfile
 import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -77,16 +77,18 @@ class _HostTier:
         if self.dir is not None:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.store: dict[Hashable, Any] = {}
+        self._serial = itertools.count()
 
-    def _path(self, key: Hashable, ext: str) -> Path:
+    def _path(self, ext: str) -> Path:
+        """A fresh file name for one offload (unique within this tier's run)."""
         assert self.dir is not None
-        return self.dir / f"buf-{abs(hash(key)):x}-{id(self):x}{ext}"
+        return self.dir / f"buf-{id(self):x}-{next(self._serial)}{ext}"
 
     def put(self, key: Hashable, value: Any) -> None:
         if self.dir is None:
             self.store[key] = value.copy() if hasattr(value, "copy") else value
         elif isinstance(value, np.ndarray) and value.dtype != object:
-            path = self._path(key, ".npy")
+            path = self._path(".npy")
             mm = np.lib.format.open_memmap(path, mode="w+", dtype=value.dtype,
                                            shape=value.shape)
             mm[...] = value
@@ -94,7 +96,7 @@ class _HostTier:
             del mm
             self.store[key] = ("npy", path)
         else:
-            path = self._path(key, ".pkl")
+            path = self._path(".pkl")
             with open(path, "wb") as f:
                 pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
             self.store[key] = ("pkl", path)
@@ -315,8 +317,3 @@ def _backend(scheduler: Any) -> _Local | _Distributed:
         return _Distributed(scheduler)
     raise ThriftyError(f"unknown scheduler {scheduler!r}; valid: 'sync', 'threads' or a "
                        "dask.distributed.Client")
-
-
-def temporary_offload_dir() -> tempfile.TemporaryDirectory[str]:
-    """A temporary directory for disk offloads (a context manager)."""
-    return tempfile.TemporaryDirectory(prefix="thrifty-offload-")
