@@ -90,3 +90,99 @@ def test_ops_without_a_rule_give_an_infinite_certified_bound():
     r = emulate(g, {"A": rng.random((4, 8)), "X": rng.random((8, 2))},
                 unit("a100", input="bf16", output="fp32"))
     assert r.certified[0] == np.inf
+
+
+# -- the specialized plan's own kernels on the unit ------------------------------------------
+def _block_graph(n_blocks: int = 8, bs: int = 64, seed: int = 0) -> sp.csr_array:
+    """Dense-ish diagonal blocks (the engine gathers them into panels) plus a sparse graph."""
+    rng = np.random.default_rng(seed)
+    B = sp.block_diag([sp.random_array((bs, bs), density=0.6, rng=rng)
+                       for _ in range(n_blocks)], format="csr")
+    return sp.csr_array(B + th.rmat(int(np.log2(n_blocks * bs)), edge_factor=2, seed=1,
+                                    symmetric=True))
+
+
+@pytest.fixture(scope="module")
+def gcn_plan():
+    gcn = th.program(lambda A, X, W: th.relu(A @ (X @ W)))
+    A = _block_graph()
+    rng = np.random.default_rng(3)
+    X, W = rng.standard_normal((A.shape[0], 64)), rng.standard_normal((64, 32)) / 8
+    inputs = {"A": A, "X": X, "W": W}
+    return gcn.specialize(**inputs), inputs
+
+
+@pytest.mark.parametrize("name,fin", [("v100", "fp16"), ("a100", "bf16")])
+def test_plan_panels_aligned_to_the_unit_give_the_same_bits(gcn_plan, name, fin):
+    # the blocks are 8 columns wide; with fma 4 or 8 a gathered panel's chunks are the
+    # original chunks minus all-zero ones, which the unit skips exactly
+    plan, inputs = gcn_plan
+    u = unit(name, input=fin, output="fp32")
+    assert 8 % u.model.fma == 0
+    assert plan.propagation.forward[plan.graph.inputs[0]].block[1] % u.model.fma == 0
+    r = emulate(plan.graph, inputs, u, plan=plan)
+    assert r.kernels.get("panel_gemm", 0) > 0 and r.kernels.get("spmm_csr", 0) > 0
+    assert r.kernels["gemm"] == 1
+    np.testing.assert_array_equal(r.outputs[0], emulate(plan.graph, inputs, u).outputs[0])
+    assert r.within_bounds()
+
+
+def test_plan_panels_not_aligned_differ_only_on_panel_rows_and_stay_within_bound(gcn_plan):
+    plan, inputs = gcn_plan
+    u = unit("h100", input="bf16", output="fp32")  # fma 16: panels re-chunk the terms
+    r = emulate(plan.graph, inputs, u, plan=plan)
+    r0 = emulate(plan.graph, inputs, u)
+    assert r.within_bounds() and r0.within_bounds()
+    panel_rows = np.zeros(inputs["A"].shape[0], dtype=bool)
+    for t in plan.taskgraph.tasks.values():
+        for s in getattr(t.fn, "segs", ()):
+            if s.form == "panel":
+                panel_rows[s.r0:s.r1] = True
+    assert panel_rows.any()
+    diff = np.any(r.outputs[0] != r0.outputs[0], axis=1)
+    assert diff.any() and not (diff & ~panel_rows).any()
+    # each panel row is a unit gemm over the gathered columns, checked directly
+    seg = next(s for t in plan.taskgraph.tasks.values() for s in getattr(t.fn, "segs", ())
+               if s.form == "panel")
+    A = fround(inputs["A"].toarray(), "bf16", saturation="finite")
+    H = fround(_xw_on_unit(u, inputs), "bf16", saturation="finite")
+    want = u.matmul(A[seg.r0:seg.r1][:, seg.cols], H[seg.cols])
+    np.testing.assert_array_equal(r.outputs[0][seg.r0:seg.r1], np.maximum(want, 0))
+
+
+def _xw_on_unit(u, inputs):
+    X = fround(inputs["X"], "bf16", saturation="finite")
+    W = fround(inputs["W"], "bf16", saturation="finite")
+    return fround(u.matmul(X, W), "fp32", saturation="finite")
+
+
+def test_plan_sddmm_masked_spgemm_and_spmv_run_on_the_unit():
+    u = unit("h100", input="bf16", output="fp32")
+    rng = np.random.default_rng(5)
+    S = th.rmat(8, edge_factor=4, seed=2, symmetric=True)
+    n = S.shape[0]
+    X, Y = rng.standard_normal((n, 40)), rng.standard_normal((n, 40))
+    cases = [
+        (th.program(lambda S, X, Y: (X @ Y.T) * S), {"S": S, "X": X, "Y": Y}, "sddmm"),
+        (th.program(lambda L: (L @ L) * L), {"L": sp.csr_array(sp.tril(S, -1))},
+         "masked_spgemm"),
+        (th.program(lambda A, x: A @ x), {"A": S, "x": X[:, 0]}, "spmv"),
+    ]
+    for prog, inputs, kernel in cases:
+        plan = prog.specialize(**inputs)
+        r = emulate(plan.graph, inputs, u, plan=plan)
+        assert r.kernels == {kernel: 1}
+        assert r.within_bounds() and r.certified[0] < np.inf
+        # dense rows have no all-zero chunk, a CSR row's are skipped exactly: same bits
+        np.testing.assert_array_equal(r.outputs[0], emulate(plan.graph, inputs, u).outputs[0])
+
+
+def test_plan_of_other_patterns_or_graph_is_refused(gcn_plan):
+    plan, inputs = gcn_plan
+    u = unit("h100", input="bf16", output="fp32")
+    other = dict(inputs, A=sp.csr_array(sp.eye_array(inputs["A"].shape[0])))
+    with pytest.raises(SpecError, match="patterns the plan was specialized for"):
+        emulate(plan.graph, other, u, plan=plan)
+    g = th.program(lambda A, X, W: A @ (X @ W)).trace(**inputs)
+    with pytest.raises(SpecError, match="another graph"):
+        emulate(g, inputs, u, plan=plan)

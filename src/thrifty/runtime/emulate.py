@@ -34,7 +34,7 @@ chunks.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -57,6 +57,7 @@ class EmulatedRun:
     certified: tuple[float, ...]     # componentwise running bound for these inputs
     formats: Mapping[int | str, str]
     unit: str
+    kernels: Mapping[str, int] = field(default_factory=dict)  # products run on the unit
 
     def within_bounds(self) -> bool:
         return all(o <= b and o <= c
@@ -65,13 +66,17 @@ class EmulatedRun:
     def to_json(self) -> dict[str, Any]:
         return {"unit": self.unit, "observed": list(self.observed),
                 "bounds": list(self.bounds), "certified": list(self.certified),
-                "within_bounds": self.within_bounds()}
+                "within_bounds": self.within_bounds(), "kernels": dict(self.kernels)}
 
 
-def unit_spmm(unit: Any, A: sp.csr_array, B: np.ndarray) -> np.ndarray:
+def unit_spmm(unit: Any, A: sp.csr_array, B: np.ndarray, slack: int = 64) -> np.ndarray:
     """``A @ B`` on the unit for a CSR ``A``, running only the chunks holding nonzeros.
 
-    ``A`` and ``B`` must already be values of the unit's input format.
+    ``A`` and ``B`` must already be values of the unit's input format. Consecutive rows are
+    grouped into one unit call over the union of their nonzero chunks while that costs at
+    most twice their own chunks plus ``slack`` chunk-rows (a chunk that is all zeros in a
+    row leaves that row's running value unchanged, so grouping changes no bit; it saves
+    the per-call cost of the unit).
     """
     f = unit.model.fma
     m, k = A.shape
@@ -80,21 +85,40 @@ def unit_spmm(unit: Any, A: sp.csr_array, B: np.ndarray) -> np.ndarray:
     A = sp.csr_array(A)
     pad = (-k) % f
     Bp = np.vstack([B, np.zeros((pad, n))]) if pad else B
+    chunk_of = A.indices // f
+
+    def run(rows: list[int], chunks: np.ndarray) -> None:
+        idx = (chunks[:, None] * f + np.arange(f)[None, :]).ravel()
+        block = np.zeros((len(rows), idx.size))
+        for r, i in enumerate(rows):
+            lo, hi = A.indptr[i], A.indptr[i + 1]
+            block[r, np.searchsorted(idx, A.indices[lo:hi])] = A.data[lo:hi]
+        out[rows] = unit.matmul(block, Bp[idx])
+
+    group: list[int] = []
+    union = np.zeros(0, dtype=np.int64)
+    own = 0
     for i in range(m):
         lo, hi = A.indptr[i], A.indptr[i + 1]
         if lo == hi:
             continue
-        cols = A.indices[lo:hi]
-        chunks = np.unique(cols // f)
-        idx = (chunks[:, None] * f + np.arange(f)[None, :]).ravel()
-        row = np.zeros(idx.size)
-        pos = np.searchsorted(idx, cols)
-        row[pos] = A.data[lo:hi]
-        out[i] = unit.matmul(row[None, :], Bp[idx])[0]
+        ch = np.unique(chunk_of[lo:hi])
+        if group:
+            u = np.union1d(union, ch)
+            if (len(group) + 1) * u.size <= 2 * (own + ch.size) + slack and len(group) < 512:
+                group.append(i)
+                union, own = u, own + ch.size
+                continue
+            run(group, union)
+        group, union, own = [i], ch, ch.size
+    if group:
+        run(group, union)
     return out
 
 
 def _matmul(unit: Any, a: Any, b: Any) -> np.ndarray:
+    if np.ndim(b) == 1 and (sp.issparse(a) or np.ndim(a) == 2):
+        return _matmul(unit, a, np.asarray(b)[:, None])[:, 0]
     if sp.issparse(a):
         return unit_spmm(unit, sp.csr_array(a), np.asarray(b))
     a, b = np.asarray(a), np.asarray(b)
@@ -102,6 +126,115 @@ def _matmul(unit: Any, a: Any, b: Any) -> np.ndarray:
         raise SpecError(f"emulated matmul supports 2-D operands only, got shapes {a.shape} and "
                         f"{b.shape}")
     return np.asarray(unit.matmul(a, b))
+
+
+# -- the specialized plan's own kernels on the unit ----------------------------------------
+def _csr(a: Any) -> sp.csr_array:
+    A = sp.csr_array(a, dtype=np.float64)
+    A.sort_indices()
+    return A
+
+
+def _unit_spmm_rows(unit: Any, A: sp.csr_array, X: np.ndarray, r0: int, r1: int) -> np.ndarray:
+    return unit_spmm(unit, A[r0:r1], X)
+
+
+def _unit_panel(unit: Any, A: sp.csr_array, X: np.ndarray, r0: int, r1: int,
+                cols: np.ndarray) -> np.ndarray:
+    """A gathered dense panel ``A[r0:r1, cols] @ X[cols]`` as one gemm on the unit: its
+    ``len(cols)`` terms run in chunks of ``fma`` in the gathered order, as the engine's
+    BLAS call would feed them to a matrix unit."""
+    P = A[r0:r1][:, cols].toarray()
+    return np.asarray(unit.matmul(P, X[cols]))
+
+
+def _unit_sampled(unit: Any, rows_of: Any, B: Any, P: sp.csr_array) -> np.ndarray:
+    """``(left @ B)`` on the entries of pattern ``P`` only, each a dot product on the unit
+    over the nonzero ``fma`` chunks of its row (``rows_of(i)`` is row ``i`` of the left
+    operand as a dense vector); the rest stays zero."""
+    f = unit.model.fma
+    m, n = P.shape
+    out = np.zeros((m, n))
+    Bd = B.toarray() if sp.issparse(B) else np.asarray(B)
+    k = Bd.shape[0]
+    pad = (-k) % f
+    if pad:
+        Bd = np.vstack([Bd, np.zeros((pad, n))])
+    for i in range(m):
+        js = P.indices[P.indptr[i]:P.indptr[i + 1]]
+        if js.size == 0:
+            continue
+        row = rows_of(i)
+        chunks = np.flatnonzero(np.pad(row, (0, pad)).reshape(-1, f).any(axis=1))
+        if chunks.size == 0:
+            continue
+        idx = (chunks[:, None] * f + np.arange(f)[None, :]).ravel()
+        out[i, js] = unit.matmul(np.pad(row, (0, pad))[idx][None, :], Bd[idx][:, js])[0]
+    return out
+
+
+def plan_product(unit: Any, plan: Any, node_id: int, a: Any, b: Any
+                 ) -> tuple[np.ndarray, dict[str, int]] | None:
+    """Node ``node_id``'s matrix product as ``plan`` lowered it, every kernel on ``unit``.
+
+    The tasks the sparse engine made for the node are run with the unit in place of the
+    machine's arithmetic: CSR row segments (only the nonzero chunks of each row), gathered
+    dense block panels (one unit gemm over the gathered columns), SpMV, SDDMM and masked
+    SpGEMM (dot products on the unit at the pattern's entries only: the others are not
+    needed downstream, by the backward propagation), whole gemms. ``a`` and ``b`` are the
+    operands, already values of the unit's input format. Returns the dense result and the
+    kernels run, or ``None`` when the plan has no kernel task for the node.
+    """
+    import importlib
+
+    S = importlib.import_module("thrifty.sparse.specialize")  # the module, not the function
+
+    tasks = [t for t in plan.taskgraph.tasks.values()
+             if t.attrs.get("node") == node_id and t.kernel not in ("alloc", "assemble",
+                                                                    "transpose")]
+    if not tasks:
+        return None
+    shape = plan.graph[node_id].type.shape
+    out = np.zeros(shape)
+    ran: dict[str, int] = {}
+    for t in tasks:
+        fn = t.fn
+        if isinstance(fn, S._SpmmPanel):
+            A, X = _csr(a), np.asarray(b, dtype=np.float64)
+            for s in fn.segs:
+                if s.r1 <= s.r0:
+                    continue
+                if s.form == "panel":
+                    assert s.cols is not None
+                    out[s.r0:s.r1] = _unit_panel(unit, A, X, s.r0, s.r1, s.cols)
+                    ran["panel_gemm"] = ran.get("panel_gemm", 0) + 1
+                else:
+                    out[s.r0:s.r1] = _unit_spmm_rows(unit, A, X, s.r0, s.r1)
+                    ran["spmm_csr"] = ran.get("spmm_csr", 0) + 1
+        elif isinstance(fn, (S._SpmvPanel, S._SpmvWhole)):
+            A, x = _csr(a), np.asarray(b, dtype=np.float64)[:, None]
+            r0, r1 = (fn.r0, fn.r1) if isinstance(fn, S._SpmvPanel) else (0, A.shape[0])
+            out[r0:r1] = _unit_spmm_rows(unit, A, x, r0, r1)[:, 0]
+            ran["spmv"] = ran.get("spmv", 0) + 1
+        elif isinstance(fn, S._SddmmPanel):
+            X = np.asarray(a, dtype=np.float64)
+            P = fn.P[fn.r0:fn.r1]
+            part = _unit_sampled(unit, lambda i, X=X, r0=fn.r0: X[r0 + i], b, P)
+            out[fn.r0:fn.r1] += part
+            ran["sddmm"] = ran.get("sddmm", 0) + 1
+        elif isinstance(fn, (S._MaskedSpgemmPanel, S._MaskedDotPanel)):
+            A = _csr(a)
+            P = fn.P[fn.r0:fn.r1]
+            part = _unit_sampled(unit, lambda i, A=A, r0=fn.r0: A[[r0 + i]].toarray()[0],
+                                 b, P)
+            out[fn.r0:fn.r1] += part
+            ran["masked_spgemm"] = ran.get("masked_spgemm", 0) + 1
+        elif isinstance(fn, (S._DenseMatmul, S._Spgemm)):
+            out = _matmul(unit, _csr(a) if sp.issparse(a) else a, _dense_of(b))
+            ran[t.kernel] = ran.get(t.kernel, 0) + 1
+        else:
+            return None
+    return out, ran
 
 
 def _abs(x: Any) -> Any:
@@ -189,8 +322,15 @@ def default_formats(graph: Graph, unit: Any) -> dict[int | str, str]:
 
 
 def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
-            formats: Mapping[int | str, str] | None = None) -> EmulatedRun:
+            formats: Mapping[int | str, str] | None = None, plan: Any = None) -> EmulatedRun:
     """Run ``graph`` with its matrix products on ``unit``; compare with binary64; bound it.
+
+    With ``plan`` (the :class:`~thrifty.sparse.specialize.SparsePlan` of ``graph`` for
+    these inputs' patterns), every matrix product runs as the sparse engine lowered it:
+    its CSR segments, gathered dense block panels, SpMV, SDDMM and masked SpGEMM tasks,
+    each on the unit (:func:`plan_product`); ``EmulatedRun.kernels`` counts them. The
+    certified bound stays valid: a panel of ``k' <= k`` gathered columns runs at most
+    ``ceil(k / fma)`` steps, and the a priori step bound grows with the step count.
 
     Example
     -------
@@ -207,6 +347,17 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
     from thrifty.numerics import round as fround
     from thrifty.numerics.bounds import propagate_bounds
 
+    if plan is not None:
+        def sig(g: Graph) -> list[tuple[Any, ...]]:
+            return [(n.op, n.inputs, n.type, n.name) for n in g]
+
+        if plan.graph is not graph and sig(plan.graph) != sig(graph):
+            raise SpecError("the plan was specialized for another graph; pass the graph it "
+                            "was made from (plan.graph)")
+        if not plan.matches(inputs):
+            raise SpecError("the inputs do not have the patterns the plan was specialized "
+                            "for; specialize the graph for these inputs first")
+    kernels: dict[str, int] = {}
     fmts: dict[int | str, str] = {**default_formats(graph, unit), **(formats or {})}
     fin = unit.model.input
     values: dict[int, Any] = {}
@@ -233,16 +384,22 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
         args = [values[i] for i in node.inputs]
         errs = [errors[i] for i in node.inputs]
         if node.op == "matmul":
-            if sp.issparse(args[1]):
-                raise SpecError("emulated matmul takes a sparse operand on the left only")
             ops = [_round_operand(a, fin) for a in args]
-            res = _matmul(unit, ops[0], ops[1])
+            lowered = None if plan is None else plan_product(unit, plan, node.id, *ops)
+            if lowered is not None:
+                res, ran = lowered
+                for k, c in ran.items():
+                    kernels[k] = kernels.get(k, 0) + c
+            else:
+                res = _matmul(unit, ops[0], _dense_of(ops[1]))
+                kernels["gemm" if not sp.issparse(ops[0]) else "spmm_csr"] = \
+                    kernels.get("gemm" if not sp.issparse(ops[0]) else "spmm_csr", 0) + 1
             if any(e is None for e in errs):
                 err = None
             else:
                 ea = errs[0] + _rounding_error(args[0], ops[0])
-                eb = _dense_of(errs[1]) + _rounding_error(args[1], ops[1])
-                err = _unit_product_bound(unit, ops[0], ops[1], ea, eb)
+                eb = _dense_of(errs[1]) + _dense_of(_rounding_error(args[1], ops[1]))
+                err = _unit_product_bound(unit, ops[0], _dense_of(ops[1]), ea, eb)
         else:
             dense = [a.toarray() if sp.issparse(a) else a for a in args]
             with np.errstate(all="ignore"):
@@ -268,4 +425,5 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
     certified = tuple(float("inf") if errors[o] is None else
                       (float(np.max(errors[o])) * (1 + 2.0**-50) if np.size(errors[o]) else 0.0)
                       for o in graph.outputs)
-    return EmulatedRun(outs, ref, observed, bounds, certified, fmts, unit.model.name)
+    return EmulatedRun(outs, ref, observed, bounds, certified, fmts, unit.model.name,
+                       dict(sorted(kernels.items())))
