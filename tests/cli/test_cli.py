@@ -41,8 +41,28 @@ def test_demo_json_small(tmp_path):
     assert mem["lower_bound"] <= mem["best_schedule_peak"] <= mem["eager_schedule_peak"]
     num = data["numerics"]
     assert num["observed_max_error"] <= num["certified_bound"] <= num["bound"]
+    # the GCN's own specialized kernels ran on the unit: two gemms and two sparse products
+    assert num["kernels_on_unit"]["gemm"] == 2
+    assert sum(v for k, v in num["kernels_on_unit"].items() if k != "gemm") >= 2
     assert sorted(p.name for p in tmp_path.iterdir()) == ["errors.png", "memory.png",
                                                           "memory_tight.png", "patterns.png"]
+    assert mem["offload_to"] == "host memory"
+    assert mem["tight"]["offload_files"] == 0
+
+
+def test_demo_offloads_to_files_in_the_given_directory(tmp_path):
+    off = tmp_path / "offload"
+    r = CliRunner().invoke(main, ["demo", "--scale", "8", "--json", "--offload-dir", str(off)])
+    assert r.exit_code == 0, r.output
+    mem = json.loads(r.output)["memory"]
+    assert mem["offload_to"] == str(off)
+    assert mem["tight"]["offloads"] > 0
+    # every offload went to a file there, each removed once prefetched or at the end
+    assert mem["tight"]["offload_files"] == mem["tight"]["offloads"]
+    assert off.is_dir() and not any(off.iterdir())
+    for run in (mem["main"], mem["tight"]):
+        assert run["measured_peak"] <= run["planned_peak"] <= run["budget"]
+        assert run["max_relative_difference"] == 0.0
 
 
 def test_demo_infeasible_budget_names_the_smallest():

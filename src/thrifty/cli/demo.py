@@ -8,8 +8,9 @@ A two-layer GCN and a masked-attention block are written as dense specs. The dem
    (default 60% of its unplanned peak: every buffer kept, no memory plan; offload to host
    memory allowed) and executes it following that plan, measuring the real peak of
    resident bytes;
-3. runs the GCN with bf16 inputs and fp32 accumulation on the H100 matrix-unit model and
-   compares the observed error against a float64 run with the a priori error bound;
+3. runs the GCN's specialized plan with bf16 inputs and fp32 accumulation, every kernel
+   (CSR segments, gathered block panels, gemm) on the H100 matrix-unit model, and compares
+   the observed error against a float64 run with the certified and a priori error bounds;
 
 and prints one summary table (``--json`` for the same figures as data, ``--plot DIR`` for
 PNG figures).
@@ -121,27 +122,29 @@ def sparse_step(name: str, prog: th.Program, inputs: dict[str, Any],
 
 
 def _planned_run(plan: Any, tg: Any, inputs: dict[str, Any], expected: tuple[Any, Any],
-                 budget: int, bandwidth: float, scheduler: Any = None
-                 ) -> tuple[dict[str, Any], Any]:
+                 budget: int, bandwidth: float, scheduler: Any = None,
+                 offload_dir: Path | None = None) -> tuple[dict[str, Any], Any]:
     from thrifty import memory
     from thrifty.runtime.execute import execute
 
     mplan = memory.plan(tg, budget, offload_bandwidth=bandwidth, time_limit=5.0)
     sim = memory.simulate(tg, mplan, offload_bandwidth=bandwidth)
     run = execute(tg, mplan, plan.feed(inputs), offload_bandwidth=bandwidth,
-                  scheduler=scheduler or "sync")
+                  scheduler=scheduler or "sync", offload_dir=offload_dir)
     diff = max(_rel(run.results[b], e) for b, e in zip(plan.output_buffers(), expected))
     ops = [s.op for s in mplan.steps]
     return {"budget": budget, "planned_peak": sim.peak, "measured_peak": run.peak_bytes,
             "makespan": sim.makespan, "compute_time": sim.compute_time,
             "overhead": sim.makespan / sim.compute_time - 1 if sim.compute_time else 0.0,
             "recomputes": run.recomputes, "offloads": ops.count("offload"),
+            "offload_files": run.files_written,
             "max_relative_difference": diff,
             "planner": mplan.info.get("planner", mplan.method)}, mplan
 
 
 def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget_fraction: float,
-                bandwidth: float, scheduler: Any = None) -> tuple[dict[str, Any], Any]:
+                bandwidth: float, scheduler: Any = None,
+                offload_dir: Path | None = None) -> tuple[dict[str, Any], Any]:
     """Specialize both blocks as one program, plan its TaskGraph under a budget, and execute
     it following the plan.
 
@@ -160,27 +163,35 @@ def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget_fracti
     best = memory.schedule(tg, time_limit=2.0)
     lb = lower_bound(tg)
     main, mplan = _planned_run(plan, tg, inputs, expected, int(budget_fraction * unplanned),
-                               bandwidth, scheduler)
+                               bandwidth, scheduler, offload_dir)
     tight, tplan = _planned_run(plan, tg, inputs, expected, max(lb, int(0.85 * best.peak)),
-                                bandwidth, scheduler)
+                                bandwidth, scheduler, offload_dir)
     return {"tasks": len(tg), "unplanned_peak": unplanned,
             "eager_schedule_peak": memory.simulate(tg, tg.order).peak,
             "best_schedule_peak": best.peak, "lower_bound": lb,
             "budget_fraction": budget_fraction, "bandwidth": bandwidth,
+            "offload_to": str(offload_dir) if offload_dir is not None else "host memory",
             "main": main, "tight": tight}, (tg, mplan, tplan)
 
 
-def numerics_step(inputs: dict[str, Any], unit_name: str = "h100") -> tuple[dict[str, Any], Any]:
-    """The GCN in bf16 with fp32 accumulation on a unit model; observed error and bound."""
+def numerics_step(inputs: dict[str, Any], plan: Any = None,
+                  unit_name: str = "h100") -> tuple[dict[str, Any], Any]:
+    """The GCN in bf16 with fp32 accumulation on a unit model; observed error and bound.
+
+    With ``plan`` (the GCN's specialized plan), every product runs as the sparse engine
+    lowered it (CSR segments, gathered block panels, gemm), each kernel on the unit.
+    """
     from thrifty.numerics import unit
     from thrifty.runtime.emulate import emulate
 
     gin = {k: inputs[k] for k in ("A", "X", "W1", "W2")}
     u = unit(unit_name, input="bf16", output="fp32")
     t0 = time.perf_counter()
-    r = emulate(gcn2.trace(**gin), gin, u)
+    graph = plan.graph if plan is not None else gcn2.trace(**gin)
+    r = emulate(graph, gin, u, plan=plan)
     seconds = time.perf_counter() - t0
     return {"unit": f"{unit_name} bf16 -> fp32", "seconds": seconds,
+            "kernels_on_unit": dict(r.kernels),
             "observed_max_error": r.observed[0], "bound": r.bounds[0],
             "certified_bound": r.certified[0],
             "within_bound": r.within_bounds(),
@@ -253,11 +264,12 @@ def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
 def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
              budget_fraction: float = 0.6, bandwidth: float = 16e9, repeat: int = 3,
              plot_dir: Path | None = None, progress: bool = False,
-             scheduler: Any = None) -> dict[str, Any]:
+             scheduler: Any = None, offload_dir: Path | None = None) -> dict[str, Any]:
     """Run every step of the demo and return its figures.
 
     ``scheduler``: ``None`` (the specialized plans choose; plans are executed in this
-    process), or a ``dask.distributed.Client`` that runs both.
+    process), or a ``dask.distributed.Client`` that runs both. ``offload_dir``: offload to
+    files in this directory (numpy memmaps) instead of host memory.
     """
     if not 0 < budget_fraction:
         raise th.InfeasibleBudget(f"budget fraction {budget_fraction} must be > 0")
@@ -280,9 +292,9 @@ def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
                                                             repeat, scheduler)
         say("memory: planning both blocks' task graph under the budget, executing the plan")
         figures["memory"], mem = memory_step(inputs, (gout, aout), budget_fraction,
-                                                   bandwidth, scheduler)
-        say("numerics: GCN in bf16 on the H100 unit model")
-        figures["numerics"], emu = numerics_step(inputs)
+                                             bandwidth, scheduler, offload_dir)
+        say("numerics: the GCN's specialized kernels in bf16 on the H100 unit model")
+        figures["numerics"], emu = numerics_step(inputs, gplan)
         if plot_dir is not None:
             say("writing plots")
             figures["plots"] = write_plots(plot_dir, inputs,
@@ -307,7 +319,8 @@ def print_summary(f: dict[str, Any]) -> None:
            ("max relative difference", *(f"{s['max_relative_difference']:.1e}"
                                          for s in specs))])
     runs = (m["main"], m["tight"])
-    table("memory: both blocks as one task graph, planned under a budget (offload to host)",
+    table("memory: both blocks as one task graph, planned under a budget (offload to "
+          f"{m.get('offload_to', 'host memory')})",
           ["", f"{m['budget_fraction']:.0%} of unplanned", "tight: 85% of best schedule"],
           [("budget (bytes)", *(f"{r['budget']:,}" for r in runs)),
            ("planned peak (simulated)", *(f"{r['planned_peak']:,}" for r in runs)),
@@ -323,6 +336,8 @@ def print_summary(f: dict[str, Any]) -> None:
     table("numerics: the GCN with bf16 inputs and fp32 accumulation, against float64",
           ["", "value"],
           [("unit model", nm["unit"]),
+           ("kernels on the unit (the specialized plan's)",
+            ", ".join(f"{k} {v}" for k, v in nm.get("kernels_on_unit", {}).items())),
            ("max |error| observed", f"{nm['observed_max_error']:.3g}"),
            ("certified bound (componentwise, these inputs)", f"{nm['certified_bound']:.3g}"),
            ("a priori bound (input ranges only)", f"{nm['bound']:.3g}"),
@@ -349,10 +364,13 @@ def print_summary(f: dict[str, Any]) -> None:
               help="Run on an existing dask.distributed scheduler.")
 @click.option("--local-cluster", "local_workers", type=int, metavar="N",
               help="Run on a new local Dask cluster of N worker processes.")
+@click.option("--offload-dir", type=click.Path(file_okay=False, path_type=Path),
+              help="Offload to files in this directory (created if missing) instead of "
+                   "host memory.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
 def demo(matrix: Path | None, scale: int, seed: int, budget_fraction: float, bandwidth: float,
          plot_dir: Path | None, address: str | None, local_workers: int | None,
-         as_json: bool) -> None:
+         offload_dir: Path | None, as_json: bool) -> None:
     """Sparse specialization, memory planning and emulated precision on one program."""
     from thrifty.runtime.cluster import connect
 
@@ -360,7 +378,8 @@ def demo(matrix: Path | None, scale: int, seed: int, budget_fraction: float, ban
         with connect(address, local_workers) as client:
             figures = run_demo(scale=scale, seed=seed, matrix=matrix,
                                budget_fraction=budget_fraction, bandwidth=bandwidth,
-                               plot_dir=plot_dir, progress=not as_json, scheduler=client)
+                               plot_dir=plot_dir, progress=not as_json, scheduler=client,
+                               offload_dir=offload_dir)
     except th.ThriftyError as e:
         raise click.ClickException(str(e)) from None
     if as_json:

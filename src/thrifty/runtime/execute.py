@@ -62,11 +62,13 @@ class ExecResult:
     recomputes: int
     offloads: int
     timeline: tuple[int, ...] = field(repr=False)
+    files_written: int = 0  # offloads that went to files (``offload_dir``), removed after
 
     def to_json(self) -> dict[str, Any]:
         return {"peak_bytes": self.peak_bytes, "predicted_peak": self.predicted_peak,
                 "seconds": self.seconds, "computes": self.computes,
-                "recomputes": self.recomputes, "offloads": self.offloads}
+                "recomputes": self.recomputes, "offloads": self.offloads,
+                "files_written": self.files_written}
 
 
 class _HostTier:
@@ -78,10 +80,12 @@ class _HostTier:
             self.dir.mkdir(parents=True, exist_ok=True)
         self.store: dict[Hashable, Any] = {}
         self._serial = itertools.count()
+        self.files_written = 0
 
     def _path(self, ext: str) -> Path:
         """A fresh file name for one offload (unique within this tier's run)."""
         assert self.dir is not None
+        self.files_written += 1
         return self.dir / f"buf-{id(self):x}-{next(self._serial)}{ext}"
 
     def put(self, key: Hashable, value: Any) -> None:
@@ -235,7 +239,7 @@ def execute(g: TaskGraph, plan: Plan, inputs: Mapping[Hashable, Any], *,
         for v in resident.values():
             backend.release(v)
     return ExecResult(results, max(timeline), sim.peak, time.perf_counter() - t0, computes,
-                      recomputes, offloads, tuple(timeline))
+                      recomputes, offloads, tuple(timeline), host.files_written)
 
 
 class _Local:
