@@ -9,8 +9,9 @@ transfer) is as small as the planners can make it. Planners, all behind one sign
 * ``checkpoint_all``: the best schedule, nothing recomputed or offloaded (fits or fails);
 * ``chain``: exact dynamic programming for forward/backward chains (Rotor: Beaumont et al.,
   ACM TOMS 2024), see :mod:`.chain`;
-* ``milp``: an exact MILP for small general graphs (Checkmate: Jain et al., MLSys 2020),
-  solved by HiGHS through ``scipy.optimize.milp``, see :mod:`.milp`;
+* ``milp``: an exact MILP for small general graphs (Checkmate: Jain et al., MLSys 2020;
+  with ``offload_bandwidth``, paging as well, after POET: Patil et al., ICML 2022), solved
+  by HiGHS through ``scipy.optimize.milp``, see :mod:`.milp`;
 * ``evict``: eviction with look-ahead, recompute and offload choices (after DTR, Kirisame
   et al., ICLR 2021), see :mod:`.evict`; ``refine`` adds a local search and prefetch
   hoisting (:mod:`.refine`);
@@ -142,9 +143,11 @@ def _chain(g: TaskGraph, budget: int, ctx: Context) -> Plan:
 def _milp(g: TaskGraph, budget: int, ctx: Context) -> Plan:
     from thrifty.memory.budget.milp import milp_plan
 
-    if not ctx.recompute:
-        raise NoPlan("the MILP plans recomputation")
-    p = milp_plan(g, budget, order=ctx.order, time_limit=ctx.time_limit)
+    if not ctx.recompute and ctx.bandwidth is None:
+        raise NoPlan("the MILP plans recomputation or paging; neither is allowed")
+    p = milp_plan(g, budget, order=ctx.order, time_limit=ctx.time_limit,
+                  bandwidth=ctx.bandwidth, recompute=ctx.recompute,
+                  no_offload=ctx.no_offload)
     if p is None:
         raise NoPlan("the MILP found no plan within its time limit")
     return p

@@ -1,31 +1,106 @@
-"""An exact MILP for recomputation under a budget (Checkmate: Jain et al., MLSys 2020).
+"""Exact MILPs for small general graphs: recomputation (Checkmate: Jain et al., MLSys 2020)
+and, when a bandwidth is given, paging to host memory as well (POET: Patil et al., ICML
+2022), with transfers overlapping compute per stage. Solved by HiGHS through
+:func:`scipy.optimize.milp`.
 
-Tasks are numbered by a topological order; stage ``t`` computes task ``t`` for the first
-time and may recompute any earlier task before it. Variables (Checkmate's, with the memory
-accounting rewritten for the memory model of ARCHITECTURE.md):
+Stages
+------
+Tasks are numbered by a topological order (the *order of first computations*); stage ``t``
+computes task ``t`` for the first time and may recompute any earlier task before it, each
+at most once and in order. With paging, stage ``t`` is, in plan order::
+
+    prefetch Pn[t]   prefetch Pl[t]   compute (and free) R[t, 0..t]   offload Oo[t]   offload On[t]
+
+Variables (Checkmate's, with the memory accounting rewritten for the memory model of
+ARCHITECTURE.md, plus POET-style paging):
 
 * ``R[t,k]`` (binary): task ``k`` is computed in stage ``t`` (``R[t,t] = 1``);
-* ``S[t,b]`` (binary): buffer ``b`` is resident when stage ``t`` starts;
-* ``N[t,k,b]`` (continuous, forced to 0/1): ``b`` is read at step ``k`` or later in stage
-  ``t``, or carried into stage ``t+1``;
+* ``S[t,b]`` (binary): buffer ``b`` is resident on the device when stage ``t`` starts;
+* ``N[t,k,b]`` (continuous, forced to 0/1): ``b`` is used at step ``k`` or later in stage
+  ``t`` (read, offloaded at the end of the stage, or carried into stage ``t+1``);
 * ``L[t,k,b]`` (continuous, forced to 0/1): ``b`` is resident while step ``k`` of stage
-  ``t`` runs.
+  ``t`` runs;
 
-Constraints: a computed task's reads are resident (computed earlier in the stage or carried
-in); a buffer carried into a stage was resident in the previous one; a task is not
-recomputed while its output is still resident; results stay resident once produced;
-``L >= N + (S or R[producer]) - 1``; and for every step the resident bytes plus the outputs
-and workspace of the task computed there fit the budget. The objective is the total compute
-time. The frees are written by :func:`~thrifty.memory.budget.sequence.plan_from_sequence`
-(eager, the least memory for the chosen computations), so the plan's peak is at most the
-MILP's accounting. Solved by HiGHS through :func:`scipy.optimize.milp`; the optimum is exact
-for plans whose first computations follow the given order and that recompute a task at
-most once per stage (Checkmate's plan space). Offloading is not modelled here.
+and with paging, for each buffer that may be offloaded (not a result, not of size 0, not
+in ``no_offload``):
+
+* ``H[t,b]`` (binary): ``b`` is on the host (offloaded, not resident) when stage ``t``
+  starts;
+* ``Pn[t,b]`` / ``Pl[t,b]`` (binary): ``b`` is prefetched at the start of stage ``t``, to
+  be read in this stage (``Pn``: the stage's computes may wait for it) or only from the
+  next stage on (``Pl``: the copy overlaps this stage's computes);
+* ``Oo[t,b]`` / ``On[t,b]`` (binary): ``b`` is offloaded at the end of stage ``t``; ``Oo``
+  when it was resident at the start of the stage (its copy may overlap the stage's
+  computes), ``On`` when it was (re)computed in the stage;
+* ``D[t]`` (continuous): the time of stage ``t``;
+* ``Lp[t,b]`` (continuous, forced to 0/1): ``b`` is resident once the stage's prefetches
+  are issued.
+
+Constraints. Recompute (Checkmate): a computed task's reads are resident (computed earlier
+in the stage, carried in, or prefetched by ``Pn``); a buffer carried into a stage was
+resident in the previous one and not offloaded; a task is not recomputed while its output
+is resident (or prefetched in the same stage); results stay resident once produced;
+``L >= N + (S or Pn or Pl or R[producer]) - 1``; for every step the resident bytes plus
+the outputs and workspace of the task computed there fit the budget. Paging: a buffer is
+either resident or on the host (``S + H <= 1``); a prefetch needs the buffer on the host
+(``Pn + Pl <= H``); ``Oo <= S``, ``On <= R[producer]``; a buffer is on the host at the next
+stage only if it was and was not prefetched, or was offloaded
+(``H[t+1] <= H[t] - Pn - Pl + Oo + On``), and a recompute puts it back on the device
+(``H[t+1] <= 1 - R[t,producer] + On``); an offloaded buffer is used until the end of its
+stage (``N[t,t] >= S[t+1] + Oo + On``) and a prefetched one at its first step; the bytes
+resident once the prefetches are issued fit the budget.
+
+Time. Without a bandwidth the objective is the total compute time (Checkmate). With one,
+each transfer of ``b`` takes ``x_b = size(b) / bandwidth`` and the objective is
+``sum_t D[t]`` with, per stage, ``C[t] = sum_k R[t,k] time(k)``,
+``X(V) = sum_b x_b V[t,b]``::
+
+    D[t] >= X(Pn) + C[t] + X(On)               (compute stream, then the new offloads)
+    D[t] >= X(Pn) + X(Pl) + X(Oo) + X(On)      (copy stream)
+
+This is an upper bound of the makespan that :func:`thrifty.memory.simulate` finds for the
+plan built below: by induction, at ``T[t] = D[0] + ... + D[t-1]`` both streams are idle and
+every resident buffer is ready (the prefetches start by ``T[t]``; the computes wait at most
+for the ``Pn`` copies and the offloads of earlier stages; the ``Oo`` buffers are ready by
+``T[t]``, the ``On`` ones once the stage's computes end). Transfers of a stage overlap its
+computes (``max`` above) but never those of another stage.
+
+What the optimum is exact for. The plan space: plans whose first computations follow the
+given order, that recompute a task at most once per stage, free eagerly, prefetch only at
+the start of a stage and offload only at its end (each at most once per stage), keep
+results resident once produced, and cost ``sum_t D[t]`` (the staged time above, not the
+simulator's exact makespan, which is at most that). Over that space, with ``info["optimal"]``
+true, the MILP's plan is of least cost; without a bandwidth this is Checkmate's space and
+cost (compute time). Every plan without paging is in the paging space with the same cost,
+so with a bandwidth the optimum is at most the recompute-only optimum.
+
+Size. ``N[t,k,b]`` only changes at the steps that read ``b``, and ``L[t,k,b]`` also where
+``b`` is written, so the steps between two such points share one variable (an exact
+reformulation: any feasible ``N`` can be lowered to its segment's least value). This
+brings the ``N`` and ``L`` variables from ``O(n^3)`` down to ``O(n^2 x readers)``.
+
+Solving with paging. The recompute-only MILP (far smaller) is solved first, with half the
+time limit: its plan is in the paging space at the same cost, so its cost is added as an
+upper bound on ``sum_t D[t]``, and when it is optimal with no overhead at all it is
+returned as optimal (no plan costs less than the total compute time). The paging MILP gets
+the rest of the limit; if it finds nothing better, the recompute-only plan is returned with
+``optimal`` false. ``info["objective"]`` is recomputed from the chosen stages (not the
+solver's ``D``, which may carry its tolerance); ``info["solver_objective"]`` is the
+solver's. HiGHS may overrun the time limit during presolve on the larger models.
+
+The plan is written by :func:`staged_plan`: the stages' prefetches, computes and offloads
+in the order above, and every buffer freed right after its last use (a read, or an
+offload) before it is rewritten, or right after it is written or prefetched if nothing uses
+it, so the plan's peak is at most the MILP's accounting.
 """
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Sequence
+import math
+import time
+from collections.abc import Hashable, Iterable, Sequence
+from dataclasses import replace
+from typing import Any
 
 import numpy as np
 from scipy.optimize import Bounds, LinearConstraint, milp
@@ -33,9 +108,13 @@ from scipy.sparse import coo_array
 
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.budget.sequence import plan_from_sequence
-from thrifty.memory.model import Plan
+from thrifty.memory.model import Plan, Step
 
-__all__ = ["milp_plan"]
+__all__ = ["Stage", "milp_plan", "staged_plan"]
+
+#: Objective weight of each transfer (the objective is in units of the total compute time):
+#: among plans of equal time, the MILP prefers fewer transfers.
+_TIE = 1e-7
 
 
 class _Vars:
@@ -75,13 +154,81 @@ class _Rows:
         self.hi.append(hi)
 
 
+#: One stage of a staged plan: (prefetch now, prefetch for later, computes, offload old,
+#: offload new). See the module docstring.
+Stage = tuple[tuple[Hashable, ...], tuple[Hashable, ...], tuple[Hashable, ...],
+              tuple[Hashable, ...], tuple[Hashable, ...]]
+
+
+def staged_plan(g: TaskGraph, stages: Sequence[Stage], **plan_kw: object) -> Plan:
+    """The plan of ``stages`` (prefetches, computes, offloads per stage), freeing eagerly.
+
+    A buffer's device copy is freed right after its last use (a read by a compute, or an
+    offload) before it is next written or prefetched, or right after it is written or
+    prefetched when nothing uses it; inputs nothing uses are freed first; results are never
+    freed.
+
+    Example
+    -------
+    >>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+    >>> g = TaskGraph([Task("a", writes=("x",), time=1.0),
+    ...                Task("b", reads=("x",), writes=("y",), time=1.0),
+    ...                Task("c", reads=("x", "y"), writes=("z",), time=1.0)],
+    ...               [Buffer("x", 4, "a"), Buffer("y", 4, "b"), Buffer("z", 4, "c")])
+    >>> p = staged_plan(g, [((), (), ("a",), (), ()), ((), (), ("b",), (), ("x",)),
+    ...                     (("x",), (), ("c",), (), ())])
+    >>> [(s.op, s.target) for s in p.steps]  # doctest: +NORMALIZE_WHITESPACE
+    [('compute', 'a'), ('compute', 'b'), ('offload', 'x'), ('prefetch', 'x'),
+     ('compute', 'c'), ('free', 'x'), ('free', 'y')]
+    """
+    events: list[Step] = []
+    for pn, pl, comps, oo, on in stages:
+        events.extend(Step("prefetch", b) for b in (*pn, *pl))
+        events.extend(Step("compute", t) for t in comps)
+        events.extend(Step("offload", b) for b in (*oo, *on))
+    live: set[Hashable] = set(g.results)
+    frees_after: list[list[Hashable]] = [[] for _ in events]
+    for i in range(len(events) - 1, -1, -1):
+        st = events[i]
+        if st.op == "offload":
+            live.add(st.target)
+        elif st.op == "prefetch":
+            if st.target not in live:
+                frees_after[i].append(st.target)
+            live.discard(st.target)
+        else:
+            task = g.tasks[st.target]
+            for w in task.writes:
+                if w in g.results:
+                    continue
+                if w not in live:
+                    frees_after[i].append(w)
+                live.discard(w)
+            for r in dict.fromkeys(task.reads):
+                if r not in live:
+                    frees_after[i].append(r)
+                    live.add(r)
+    steps: list[Step] = [Step("free", b) for b, buf in g.buffers.items()
+                         if buf.producer is None and b not in live]
+    for i, st in enumerate(events):
+        steps.append(st)
+        steps.extend(Step("free", b) for b in frees_after[i])
+    return Plan(tuple(steps), **plan_kw)  # type: ignore[arg-type]
+
+
 def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None,
-              time_limit: float = 10.0) -> Plan | None:
-    """The least-compute-time recompute plan within ``budget``; ``None`` if none was found.
+              time_limit: float = 10.0, *, bandwidth: float | None = None,
+              recompute: bool = True, no_offload: Iterable[Hashable] = ()) -> Plan | None:
+    """The least-cost plan within ``budget`` in the MILP's plan space; ``None`` if none found.
+
+    Without ``bandwidth``: recompute only, cost = compute time (Checkmate). With
+    ``bandwidth`` (bytes per time unit; ``math.inf`` for instant copies): recompute and
+    paging, cost = the staged makespan bound of the module docstring. ``recompute=False``
+    forbids recomputation; ``no_offload`` names buffers that are never offloaded.
 
     ``plan.info["optimal"]`` says whether HiGHS proved optimality within ``time_limit``;
-    ``plan.info["objective"]`` is the MILP's compute time and ``plan.info["bound"]`` its
-    proven lower bound on it.
+    ``plan.info["objective"]`` is the MILP's cost (time units; with paging an upper bound of
+    the plan's simulated makespan) and ``plan.info["bound"]`` its proven lower bound.
 
     Example
     -------
@@ -92,11 +239,58 @@ def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None
     ...               [Buffer("x", 4, "a"), Buffer("y", 4, "b"), Buffer("z", 4, "c")])
     >>> milp_plan(g, 12).info["optimal"]
     True
+
+    With paging: ``x`` (needed again by ``d``) goes to the host while ``b`` runs.
+
+    >>> g = TaskGraph([Task("a", writes=("x",), time=3.0),
+    ...                Task("b", reads=("x",), writes=("y",), time=1.0),
+    ...                Task("c", reads=("y",), writes=("z",), time=1.0),
+    ...                Task("d", reads=("x", "z"), writes=("w",), time=1.0)],
+    ...               [Buffer("x", 4, "a"), Buffer("y", 4, "b"), Buffer("z", 4, "c"),
+    ...                Buffer("w", 1, "d")])
+    >>> milp_plan(g, 9).info["objective"]  # recompute only: a runs twice
+    9.0
+    >>> p = milp_plan(g, 9, bandwidth=8.0)
+    >>> p.info["objective"], [(s.op, s.target) for s in p.steps if s.op != "compute"]
+    (6.5, [('offload', 'x'), ('free', 'y'), ('prefetch', 'x'), ('free', 'x'), ('free', 'z')])
     """
+    if bandwidth is None:
+        return _solve(g, budget, order, time_limit, None, recompute, no_offload, None)
+    if not (bandwidth > 0):
+        raise ValueError(f"bandwidth is {bandwidth!r}; it must be > 0")
+    # The recompute-only optimum first (a far smaller MILP): its plan is in the paging
+    # space with the same cost, so it bounds the paging MILP's objective from above, and
+    # when it loses no time at all (cost = total compute) it is optimal there too.
+    t0 = time.perf_counter()
+    total = sum(t.time for t in g.tasks.values())
+    rec = _solve(g, budget, order, time_limit / 2, None, recompute, no_offload, None)
+    if rec is not None:
+        rec = replace(rec, info={**rec.info, "offload_bandwidth": bandwidth, "paging": True,
+                                 "recompute_only": True})
+        if rec.info["optimal"] and rec.info["objective"] <= total * (1 + 1e-9):
+            return rec
+        rec.info["optimal"] = False  # not proven in the paging space
+    left = max(time_limit - (time.perf_counter() - t0), time_limit / 10)
+    cutoff = rec.info["objective"] if rec is not None else None
+    pag = _solve(g, budget, order, left, bandwidth, recompute, no_offload, cutoff)
+    if pag is None or (rec is not None
+                       and pag.info["objective"] > rec.info["objective"] * (1 + 1e-9)):
+        return rec  # the paging MILP's incumbent (if any) is no better within its limit
+    return pag
+
+
+def _solve(g: TaskGraph, budget: int, order: Sequence[Hashable] | None, time_limit: float,
+           bandwidth: float | None, recompute: bool, no_offload: Iterable[Hashable],
+           cutoff: float | None) -> Plan | None:
+    """Build and solve one MILP (module docstring); ``cutoff``: an upper bound on the
+    staged makespan (the cost of a plan known to be in the space)."""
     order = list(order) if order is not None else list(g.order)
     n = len(order)
     pos = {t: i for i, t in enumerate(order)}
     size = {b: buf.size for b, buf in g.buffers.items()}
+    if sum(size[b] for b, buf in g.buffers.items() if buf.producer is None) > budget:
+        return None  # the inputs alone do not fit
+    paging = bandwidth is not None
     scale = float(max(budget, 1))
     tasks = [g.tasks[t] for t in order]
     pb = {b: (pos[buf.producer] if buf.producer is not None else -1)
@@ -112,69 +306,163 @@ def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None
     for t in range(n):
         for k in range(t + 1):
             lo = 1.0 if k == t else 0.0
-            R[t, k] = V.add(("R", t, k), True, lo, 1.0, tasks[k].time / total)
+            hi = 1.0 if (k == t or recompute) else 0.0
+            R[t, k] = V.add(("R", t, k), True, lo, hi, 0.0 if paging else tasks[k].time / total)
     bufs = list(g.buffers)
     for t in range(n):
         for b in bufs:
             if pb[b] < t:
                 pinned = b in g.results or (pb[b] < 0 and t == 0)
                 S[t, b] = V.add(("S", t, b), True, 1.0 if pinned else 0.0, 1.0)
+    # Paging variables (empty without a bandwidth).
+    banned = frozenset(no_offload)
+    pageable = [b for b in bufs if paging and size[b] > 0 and b not in g.results
+                and b not in banned]
+    H: dict[tuple[int, Hashable], int] = {}
+    Pn: dict[tuple[int, Hashable], int] = {}
+    Pl: dict[tuple[int, Hashable], int] = {}
+    Oo: dict[tuple[int, Hashable], int] = {}
+    On: dict[tuple[int, Hashable], int] = {}
+    for b in pageable:
+        for t in range(n):
+            if 1 <= t and pb[b] < t:
+                H[t, b] = V.add(("H", t, b), True)
+                Pn[t, b] = V.add(("Pn", t, b), True, cost=_TIE)
+                if t + 1 < n:
+                    Pl[t, b] = V.add(("Pl", t, b), True, cost=_TIE)
+            if t + 1 < n:
+                if pb[b] < t:
+                    Oo[t, b] = V.add(("Oo", t, b), True, cost=_TIE)
+                if 0 <= pb[b] <= t and (pb[b] == t or recompute):
+                    On[t, b] = V.add(("On", t, b), True, cost=_TIE)
+
+    def avail(t: int, b: Hashable) -> list[tuple[int, float]]:
+        """Terms of "b is resident once stage t's prefetches are issued"."""
+        return [(v[t, b], 1.0) for v in (S, Pn, Pl) if (t, b) in v]
+
     for t in range(n):
         for k in range(t + 1):
             task = tasks[k]
             for b in task.reads:  # reads resident: computed before in the stage, or carried
                 terms = [(R[t, k], 1.0), (S[t, b], -1.0)]
+                if (t, b) in Pn:
+                    terms.append((Pn[t, b], -1.0))
                 if pb[b] >= 0:
                     terms.append((R[t, pb[b]], -1.0))
                 C.add(terms, -np.inf, 0.0)
         for b in bufs:
             if pb[b] >= 0 and pb[b] < t:  # no recompute while the old copy is resident
-                C.add([(R[t, pb[b]], 1.0), (S[t, b], 1.0)], -np.inf, 1.0)
+                C.add([(R[t, pb[b]], 1.0)] + avail(t, b), -np.inf, 1.0)
             if t + 1 < n and pb[b] <= t:  # carried only if resident in this stage
-                terms = [(S[t + 1, b], 1.0)]
-                if (t, b) in S:
-                    terms.append((S[t, b], -1.0))
+                terms = [(S[t + 1, b], 1.0)] + [(c, -v) for c, v in avail(t, b)]
                 if pb[b] >= 0:
                     terms.append((R[t, pb[b]], -1.0))
+                terms += [(v[t, b], 1.0) for v in (Oo, On) if (t, b) in v]
                 C.add(terms, -np.inf, 0.0)
-    # Needed-later (N) and resident (L) chains, then memory per step.
+            if (t, b) in H:
+                C.add([(S[t, b], 1.0), (H[t, b], 1.0)], -np.inf, 1.0)
+                C.add([(Pn[t, b], 1.0), (H[t, b], -1.0)]
+                      + ([(Pl[t, b], 1.0)] if (t, b) in Pl else []), -np.inf, 0.0)
+            if (t, b) in Oo:
+                C.add([(Oo[t, b], 1.0), (S[t, b], -1.0)], -np.inf, 0.0)
+            if (t, b) in On:
+                C.add([(On[t, b], 1.0), (R[t, pb[b]], -1.0)], -np.inf, 0.0)
+            if (t + 1, b) in H:  # on the host next stage: stayed there, or offloaded now
+                terms = [(H[t + 1, b], 1.0)]
+                if (t, b) in H:
+                    terms += [(H[t, b], -1.0), (Pn[t, b], 1.0)]
+                    if (t, b) in Pl:
+                        terms.append((Pl[t, b], 1.0))
+                terms += [(v[t, b], -1.0) for v in (Oo, On) if (t, b) in v]
+                C.add(terms, -np.inf, 0.0)
+                if pb[b] >= 0:  # a recompute drops the host copy (unless offloaded again)
+                    terms = [(H[t + 1, b], 1.0), (R[t, pb[b]], 1.0)]
+                    if (t, b) in On:
+                        terms.append((On[t, b], -1.0))
+                    C.add(terms, -np.inf, 1.0)
+    # Needed-later (N) and resident (L) variables, then memory per step. N[t,k,b] only
+    # changes at the steps that read b, and L[t,k,b] also where b is written, so steps
+    # between two readers share one N and one L variable (an exact reformulation).
     for t in range(n):
         mem_terms: list[list[tuple[int, float]]] = [[] for _ in range(t + 1)]
+        pre_terms: list[tuple[int, float]] = []
         for b in bufs:
             if pb[b] > t:
                 continue
             carried = S.get((t + 1, b))
-            end_needed = (1.0 if b in g.results else 0.0) if t + 1 == n else None
-            nxt: int | None = None
+            end_needed = t + 1 == n and b in g.results
+            top: int | None = None  # used after the stage's last reader of b
+            if carried is not None:
+                top = V.add(("N", t, "end", b), False)
+                C.add([(top, 1.0), (carried, -1.0)]
+                      + [(v[t, b], -1.0) for v in (Oo, On) if (t, b) in v], 0.0, np.inf)
+            elif end_needed:
+                top = V.add(("N", t, "end", b), False, 1.0, 1.0)
+            n_at: list[int | None] = [None] * (t + 1)
+            cur = top
             for k in range(t, -1, -1):
-                nk = V.add(("N", t, k, b), False)
-                if nxt is None:
-                    if carried is not None:
-                        C.add([(nk, 1.0), (carried, -1.0)], 0.0, np.inf)
-                    elif end_needed:
-                        C.add([(nk, 1.0)], end_needed, np.inf)
-                else:
-                    C.add([(nk, 1.0), (nxt, -1.0)], 0.0, np.inf)
                 if k in readers_at[b]:
+                    nk = V.add(("N", t, k, b), False)
+                    if cur is not None:
+                        C.add([(nk, 1.0), (cur, -1.0)], 0.0, np.inf)
                     C.add([(nk, 1.0), (R[t, k], -1.0)], 0.0, np.inf)
-                nxt = nk
-                if k == pb[b]:
-                    continue  # the step that writes b counts it as an output
-                lk = V.add(("L", t, k, b), False)
-                terms = [(lk, 1.0), (nk, -1.0)]
-                if (t, b) in S:
-                    terms.append((S[t, b], -1.0))
-                if 0 <= pb[b] < k:
-                    terms.append((R[t, pb[b]], -1.0))
-                elif (t, b) not in S:
-                    continue
-                C.add(terms, -1.0, np.inf)
+                    cur = nk
+                n_at[k] = cur
+            n0 = n_at[0]
+            if (t, b) in Pn:  # a prefetched buffer is used in the stage or carried
+                terms = [(Pn[t, b], 1.0)] + ([(Pl[t, b], 1.0)] if (t, b) in Pl else [])
+                C.add(terms + ([(n0, -1.0)] if n0 is not None else []), -np.inf, 0.0)
                 if size[b]:
-                    mem_terms[k].append((lk, size[b] / scale))
+                    lp = V.add(("Lp", t, b), False)
+                    C.add([(lp, 1.0)] + [(c, -v) for c, v in terms], 0.0, np.inf)
+                    pre_terms.append((lp, size[b] / scale))
+            if (t, b) in S and n0 is not None and size[b] and any(
+                    (t, c) in Pn for c in pageable):
+                lp = V.add(("Ls", t, b), False)
+                C.add([(lp, 1.0), (n0, -1.0), (S[t, b], -1.0)], -1.0, np.inf)
+                pre_terms.append((lp, size[b] / scale))
+            if not size[b]:
+                continue
+            shared: dict[tuple[int, bool], int] = {}
+            for k in range(t + 1):
+                nk_ = n_at[k]
+                if k == pb[b] or nk_ is None:
+                    continue  # the step that writes b counts it as an output
+                written = 0 <= pb[b] < k
+                key = (nk_, written)
+                if key not in shared:
+                    terms = [(c, -v) for c, v in avail(t, b)]
+                    if written:
+                        terms.append((R[t, pb[b]], -1.0))
+                    if not terms:
+                        continue  # b cannot be resident at this step
+                    lk = V.add(("L", t, k, b), False)
+                    C.add([(lk, 1.0), (nk_, -1.0)] + terms, -1.0, np.inf)
+                    shared[key] = lk
+                mem_terms[k].append((shared[key], size[b] / scale))
         for k in range(t + 1):
             task = tasks[k]
             own = (sum(size[w] for w in task.writes) + task.workspace) / scale
             C.add(mem_terms[k] + [(R[t, k], own)], -np.inf, 1.0)
+        if pre_terms:
+            C.add(pre_terms, -np.inf, 1.0)
+    # Stage times.
+    D: dict[int, int] = {}
+    if paging:
+        bw = float(bandwidth)  # type: ignore[arg-type]
+        x = {b: (0.0 if math.isinf(bw) else size[b] / bw) / total for b in bufs}
+        for t in range(n):
+            D[t] = V.add(("D", t), False, 0.0, np.inf, 1.0)
+            comp = [(R[t, k], -tasks[k].time / total) for k in range(t + 1)]
+            pn = [(Pn[t, b], -x[b]) for b in pageable if (t, b) in Pn]
+            pl = [(Pl[t, b], -x[b]) for b in pageable if (t, b) in Pl]
+            oo = [(Oo[t, b], -x[b]) for b in pageable if (t, b) in Oo]
+            on = [(On[t, b], -x[b]) for b in pageable if (t, b) in On]
+            C.add([(D[t], 1.0)] + pn + comp + on, 0.0, np.inf)
+            if pn or pl or oo or on:
+                C.add([(D[t], 1.0)] + pn + pl + oo + on, 0.0, np.inf)
+        if cutoff is not None:
+            C.add([(D[t], 1.0) for t in range(n)], 0.0, cutoff / total * (1 + 1e-9) + 1e-12)
     nv = len(V.lo)
     A = coo_array((C.v, (C.r, C.c)), shape=(len(C.lo), nv)).tocsr()
     res = milp(np.array(V.cost), constraints=LinearConstraint(A, C.lo, C.hi),
@@ -182,11 +470,34 @@ def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None
                options={"time_limit": float(time_limit), "disp": False})
     if res.x is None:
         return None
-    x = res.x
-    seq = [order[k] for t in range(n) for k in range(t + 1) if x[R[t, k]] > 0.5]
+    sol = res.x
     bound = getattr(res, "mip_dual_bound", None)
-    return plan_from_sequence(
-        g, seq, budget=budget, method="milp",
-        info={"optimal": bool(res.status == 0), "objective": float(res.fun) * total,
-              "bound": float(bound) * total if bound is not None else None,
-              "variables": nv, "constraints": len(C.lo)})
+    info: dict[str, Any] = {
+        "optimal": bool(res.status == 0), "objective": float(res.fun) * total,
+        "bound": float(bound) * total if bound is not None else None,
+        "variables": nv, "constraints": len(C.lo)}
+    if not paging:
+        seq = [order[k] for t in range(n) for k in range(t + 1) if sol[R[t, k]] > 0.5]
+        return plan_from_sequence(g, seq, budget=budget, method="milp", info=info)
+
+    def chosen(v: dict[tuple[int, Hashable], int], t: int) -> tuple[Hashable, ...]:
+        return tuple(b for b in pageable if (t, b) in v and sol[v[t, b]] > 0.5)
+
+    stages: list[Stage] = [
+        (chosen(Pn, t), chosen(Pl, t),
+         tuple(order[k] for k in range(t + 1) if sol[R[t, k]] > 0.5),
+         chosen(Oo, t), chosen(On, t)) for t in range(n)]
+    xs = {b: (0.0 if math.isinf(bw) else size[b] / bw) for b in bufs}
+
+    def cost(pn: Iterable[Hashable], pl: Iterable[Hashable], comps: Iterable[Hashable],
+             oo: Iterable[Hashable], on: Iterable[Hashable]) -> float:
+        """The staged time of one stage, from its discrete choices (no solver tolerance)."""
+        xn, xl, xo, xw = (sum(xs[b] for b in v) for v in (pn, pl, oo, on))
+        c = sum(g.tasks[k].time for k in comps)
+        return max(xn + c + xw, xn + xl + xo + xw)
+
+    times = [cost(*st) for st in stages]
+    info.update({"objective": sum(times), "offload_bandwidth": bandwidth, "paging": True,
+                 "stage_times": times,
+                 "solver_objective": sum(float(sol[D[t]]) for t in range(n)) * total})
+    return staged_plan(g, stages, budget=budget, method="milp", info=info)
