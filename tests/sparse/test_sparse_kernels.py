@@ -111,3 +111,17 @@ def test_masked_dot_rows_equals_masked_scipy_product(dtype):
     rows = np.repeat(np.arange(40), np.diff(M.indptr))
     np.testing.assert_allclose(out, full[rows, M.indices], rtol=1e-5 if dtype == "float32"
                                else 1e-12)
+
+
+@pytest.mark.parametrize(("da", "db"), [("int32", "int32"), ("int64", "int64"),
+                                        ("int32", "int64")])
+def test_same_values_finds_any_difference(da, db):
+    a = np.arange(10_000).astype(da)
+    assert K.same_values(a, a.astype(db))
+    for i in (0, 4095, 4096, 9_999):  # first, last of a chunk, first of the next, last
+        b = a.astype(db)
+        b[i] += 1
+        assert not K.same_values(a, b)
+    assert not K.same_values(a, a[:-1].astype(db))
+    assert K.same_values(a[:0], a[:0].astype(db))
+    assert K.same_values(np.zeros(3, np.uint32), np.zeros(3, np.int64))

@@ -59,7 +59,7 @@ def test_plan_equals_dense_reference_under_every_scheduler(case, scheduler):
 
 @pytest.mark.parametrize(("case", "kernel"), [
     ("gcn", "spmm_csr"), ("sddmm", "sddmm"), ("masked-spgemm", "masked_spgemm"),
-    ("attention", "masked_softmax"), ("attention", "sddmm"), ("spmv", "spmv")])
+    ("attention", "masked_softmax"), ("attention", "sddmm"), ("spmv", "spmv_scipy")])
 def test_kernel_detection(case, kernel):
     prog, inputs = CASES[case]
     rep = prog.specialize(**inputs).report()

@@ -183,16 +183,26 @@ def peer_fns(kernel: str, A: sp.csr_array, inp: dict,
     return out
 
 
-def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int) -> dict[str, float]:
-    """Median time of each function, measured round-robin (one warm-up each) so that a
-    fluctuating machine load hits every implementation alike."""
+def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int,
+                      seed: int = 0) -> dict[str, float]:
+    """Median time of each function, measured in rounds (one warm-up each) so that a
+    fluctuating machine load hits every implementation alike.
+
+    Each round runs the functions in a new (seeded) random order: with a fixed order the
+    same implementation always runs right after the same peer, and a peer whose OpenMP
+    threads keep spinning after it returns (python-graphblas: both cores busy for a while)
+    slows whoever comes next, up to 5x on a 0.1 ms SpMV.
+    """
     for f in fns.values():
         f()
     ts: dict[str, list[float]] = {k: [] for k in fns}
+    keys = list(fns)
+    rng = np.random.default_rng(seed)
     for _ in range(repeat):
-        for k, f in fns.items():
+        for i in rng.permutation(len(keys)):
+            k = keys[i]
             t0 = time.perf_counter()
-            f()
+            fns[k]()
             ts[k].append(time.perf_counter() - t0)
     return {k: statistics.median(v) for k, v in ts.items()}
 

@@ -44,7 +44,16 @@ class CostModel:
     sparse_output_density:
         A result is kept in CSR form below this density, densified above.
     inline_seconds:
-        Plans whose total estimated time is below this run inline, without a scheduler.
+        Kept for callers that read it; superseded by ``dask_seconds`` and
+        ``parallel_seconds``.
+    parallel_seconds:
+        In an in-process run, a level of independent tasks runs on ``threads`` threads when
+        it carries at least this much estimated work (handing a task to a pooled thread and
+        waiting for it costs about 20-50 µs here).
+    dask_seconds:
+        With no scheduler named, plans with parallel tasks and at least this much estimated
+        work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
+        100-200 µs per task).
     """
 
     csr_flops: float = 4.0e9
@@ -55,6 +64,8 @@ class CostModel:
     min_task_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
     inline_seconds: float = 1.0e-3
+    parallel_seconds: float = 1.5e-4
+    dask_seconds: float = 5.0e-2
 
     @property
     def panel_density_threshold(self) -> float:

@@ -15,7 +15,8 @@ op and patterns         kernel
 csr @ dense matrix      ``spmm``: per block row, CSR SpMM or gemm on a gathered dense
                         panel, whichever the :class:`~thrifty.sparse.cost.CostModel` finds
                         cheaper (``spmm_csr`` / ``spmm_panel``)
-csr @ dense vector      ``spmv`` (scipy's CSR kernel on row panels)
+csr @ dense vector      ``spmv``: scipy's CSR kernel on row panels read in place, or
+                        ``spmv_scipy``: one call of it when splitting would not pay
 dense @ dense, needed   ``sddmm`` (only the needed entries)
 only on a sparse set
 csr @ csr, needed on    ``masked_spgemm`` (Gustavson with the mask as admission set)
@@ -30,7 +31,10 @@ anything else           ``dense``: the op's numpy reference on densified operand
 Row-panel kernels are split into as many tasks as the cost model finds worth the
 scheduler's overhead (one task carries at least ``min_task_seconds`` of estimated work);
 the panels write into one output buffer when they share memory (sync and threaded
-schedulers) and are concatenated otherwise (a distributed cluster).
+schedulers) and are concatenated otherwise (a distributed cluster). A run with no scheduler
+named executes small plans in process (a compiled loop over the tasks, independent row
+panels on a pooled thread: a few microseconds per call) and hands large ones to Dask's
+threaded scheduler (``CostModel.dask_seconds``).
 
 Example
 -------
@@ -47,10 +51,12 @@ True
 
 from __future__ import annotations
 
+import threading
 import time
+import weakref
 from collections import Counter
 from collections.abc import Callable, Hashable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 import numpy as np
@@ -73,9 +79,23 @@ _NUMBA_DTYPES = {"float32", "float64", "complex64", "complex128", "int32", "int6
 
 
 # -- inputs ----------------------------------------------------------------------------------
+_CSR_TYPES = (sp.csr_array, sp.csr_matrix)
+
+
 @dataclass(frozen=True, slots=True)
 class InputSpec:
-    """What a plan expects of one input: type, form, and for sparse inputs the pattern."""
+    """What a plan expects of one input: type, form, and for sparse inputs the pattern.
+
+    ``indptr`` and ``indices`` are the plan's own copies of the inspected pattern (a caller
+    who changes its index arrays in place cannot change them). Every run compares the
+    index arrays it is given with them (O(nnz), vectorised, no temporaries; about 3 µs per
+    2*10^4 entries here, 10-20% of an SpMV over the same arrays), except when
+    ``pattern_free`` is set and the very arrays inspected (``seen``, weak references) are
+    passed again: then every task that reads this input reads its index arrays at run time
+    and the plan holds nothing derived from its pattern, so the result is right for
+    whatever those arrays hold, even after an in-place change (a new pattern in new arrays
+    is still compared, and rejected).
+    """
 
     name: str
     node: int
@@ -85,9 +105,33 @@ class InputSpec:
     fingerprint: str
     indptr: np.ndarray | None = field(default=None, repr=False)
     indices: np.ndarray | None = field(default=None, repr=False)
+    pattern_free: bool = False
+    seen: tuple[Any, Any] | None = field(default=None, repr=False, compare=False)
 
     def check(self, value: Any) -> Any:
         """The value in the plan's run-time form; raises on a type or pattern mismatch."""
+        tv = type(value)
+        if tv is np.ndarray and not self.sparse:  # the common dense case, cheaply
+            if value.shape != self.shape or value.dtype != self.dtype:
+                self._mismatch(value)
+            return value
+        if tv in _CSR_TYPES and self.sparse:
+            if value.shape != self.shape or value.dtype != self.dtype:
+                self._mismatch(value)
+            ip, ix = value.indptr, value.indices
+            seen = self.seen
+            if (self.pattern_free and seen is not None and ip is seen[0]() and
+                    ix is seen[1]()) \
+                    or (len(ix) == len(self.indices)  # type: ignore[arg-type]
+                        and K.same_values(ip, self.indptr)  # type: ignore[arg-type]
+                        and K.same_values(ix, self.indices)):  # type: ignore[arg-type]
+                # the inspected pattern: canonical (sorted, no duplicates) like it
+                return value if tv is sp.csr_array else sp.csr_array(value)
+        self._mismatch(value)
+        return self._check_general(value)
+
+    def _mismatch(self, value: Any) -> None:
+        """Raise for a value of another shape or dtype."""
         shape = tuple(value.shape) if hasattr(value, "shape") else np.shape(value)
         if shape != self.shape:
             raise ShapeError(f"input {self.name!r} has shape {shape}, but the plan was "
@@ -97,6 +141,9 @@ class InputSpec:
             raise SpecError(f"input {self.name!r} has dtype {np.dtype(dtype).name}, but the "
                             f"plan was specialized for dtype {self.dtype}; cast the input or "
                             "specialize again")
+
+    def _check_general(self, value: Any) -> Any:
+        """Other types and forms (shape and dtype already checked)."""
         if not self.sparse:
             if sp.issparse(value):
                 raise PatternError(f"input {self.name!r} is sparse, but the plan was "
@@ -106,18 +153,11 @@ class InputSpec:
             raise PatternError(f"input {self.name!r} is a dense {type(value).__name__}, but "
                                "the plan was specialized for a scipy.sparse matrix; pass one "
                                "or specialize again")
-        if value.format == "csr" and value.indptr is self.indptr and \
-                value.indices is self.indices:
-            # the very index arrays inspected: same pattern, already canonical
-            return value if isinstance(value, sp.csr_array) else sp.csr_array(value)
         indptr, indices = self.indptr, self.indices
         assert indptr is not None and indices is not None  # set for every sparse input
         C = canonical_csr(value, self.name)
-        if C.indptr is indptr and C.indices is indices:
-            return C
-        if not (len(C.indices) == len(indices)
-                and np.array_equal(C.indptr, indptr)
-                and np.array_equal(C.indices, indices)):
+        if not (len(C.indices) == len(indices) and K.same_values(C.indptr, indptr)
+                and K.same_values(C.indices, indices)):
             raise PatternError(
                 f"input {self.name!r} has a different sparsity pattern ({C.nnz} stored "
                 f"entries, fingerprint {structure_fingerprint(C)}) from the one the plan was "
@@ -130,13 +170,14 @@ def _input_spec(node: Node, value: Any) -> InputSpec:
     name = node.name or ""
     if sp.issparse(value) and node.type.ndim == 2:
         C = canonical_csr(value, name)
-        indptr, indices = C.indptr, C.indices
-        if value.format == "csr" and np.array_equal(value.indptr, indptr) and \
-                np.array_equal(value.indices, indices):
-            # keep the caller's own arrays so that passing them again is recognised at once
-            indptr, indices = value.indptr, value.indices
+        seen = None
+        if value.format == "csr" and K.same_values(value.indptr, C.indptr) and \
+                K.same_values(value.indices, C.indices):
+            # the caller's arrays (canonical already), without keeping them alive
+            seen = (weakref.ref(value.indptr), weakref.ref(value.indices))
         return InputSpec(name, node.id, node.type.shape, node.type.dtype, True,
-                         structure_fingerprint(C), indptr, indices)
+                         structure_fingerprint(C), C.indptr.copy(), C.indices.copy(),
+                         False, seen)
     return InputSpec(name, node.id, node.type.shape, node.type.dtype, False,
                      f"dense{node.type.shape}")
 
@@ -210,31 +251,59 @@ class _SpmmPanel:
         return view
 
 
+try:  # scipy's own CSR kernels, called without scipy's Python-level dispatch
+    from scipy.sparse import _sparsetools as _st
+except ImportError:  # pragma: no cover - a scipy without the module: scipy's public API
+    _st = None
+
+
+def _matvec_ok(A: Any, x: np.ndarray, dtype: str) -> bool:
+    """Whether scipy's ``csr_matvec`` applies to these arrays: one value dtype (the
+    output's) and one index dtype (it makes contiguous copies of strided inputs itself)."""
+    return _st is not None and A.data.dtype == dtype and x.dtype == dtype and \
+        A.indptr.dtype == A.indices.dtype and x.ndim == 1
+
+
 class _SpmvPanel:
+    """Rows ``[r0, r1)`` of ``A @ x``, written into the shared output: scipy's CSR kernel on
+    views of the whole matrix's arrays (no copy; it releases the GIL), else the compiled
+    kernel, else scipy on a sliced panel."""
+
     def __init__(self, r0: int, r1: int, dtype: str) -> None:
         self.r0, self.r1, self.dtype = r0, r1, dtype
 
     def __call__(self, out: np.ndarray, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
         r0, r1 = self.r0, self.r1
         x = np.asarray(x)
+        o = out[r0:r1]
+        if _matvec_ok(A, x, self.dtype):
+            o.fill(0)  # csr_matvec accumulates into its output
+            _st.csr_matvec(r1 - r0, A.shape[1], A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+            return o
         if self.dtype in _NUMBA_DTYPES and A.data.dtype == self.dtype == x.dtype:
-            # the compiled kernel reads the rows in place (a scipy matrix built on slices
-            # would copy them: scipy prunes arrays that are views of larger ones)
-            K.spmv_rows(A.indptr, A.indices, A.data, x, out[r0:r1], r0, r1)
-            return out[r0:r1]
+            K.spmv_rows(A.indptr, A.indices, A.data, x, o, r0, r1)
+            return o
         p0, p1 = A.indptr[r0], A.indptr[r1]
         sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
                            shape=(r1 - r0, A.shape[1]), copy=False)
-        out[r0:r1] = sub @ x
-        return out[r0:r1]
+        o[...] = sub @ x
+        return o
 
 
 class _SpmvWhole:
+    """``A @ x`` in one call of scipy's CSR kernel (the ``spmv_scipy`` kernel): what the cost
+    model picks when splitting rows would not pay."""
+
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
-        return np.asarray(A @ np.asarray(x)).astype(self.dtype, copy=False)
+        x = np.asarray(x)
+        if _matvec_ok(A, x, self.dtype):
+            out = np.zeros(A.shape[0], dtype=self.dtype)
+            _st.csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, out)
+            return out
+        return np.asarray(A @ x).astype(self.dtype, copy=False)
 
 
 class _SddmmPanel:
@@ -632,7 +701,7 @@ def _lower_matmul(b: _Builder, node: Node, a_id: int, b_id: int,
             b.executed += 2 * A.nnz
             if len(ranges) == 1:
                 return _Value(b.task(f"v{node.id}", _SpmvWhole(dtype), [va.buffer, vb.buffer],
-                                     node.type.nbytes, "spmv", secs, node.id), "dense")
+                                     node.type.nbytes, "spmv_scipy", secs, node.id), "dense")
             return _panelled(b, node, "spmv", node.type.shape, dtype, ranges,
                              lambda r0, r1: _SpmvPanel(r0, r1, dtype),
                              [va.buffer, vb.buffer], secs, lambda r0, r1: "spmv", None)
@@ -886,6 +955,16 @@ class SparsePlan:
         self.fingerprint = tuple((n, s.fingerprint, s.dtype) for n, s in self.inputs.items())
         self.parallel = any(len(taskgraph.successors(t)) > 1 for t in taskgraph.order) or \
             sum(1 for t in taskgraph.order if not taskgraph.predecessors(t)) > 1
+        # the per-call path, prepared once: input names and buffers, the compiled program,
+        # each output's dtype
+        self._names = tuple(self.inputs)
+        self._specs = tuple(self.inputs.values())
+        self._feed_keys = tuple(f"in:{n}" for n in self._names) + tuple(self._consts)
+        self._const_values = tuple(self._consts.values())
+        self._program = _Program(taskgraph, self._feed_keys, self.output_buffers(),
+                                 cost.threads, cost.parallel_seconds)
+        self._out_dtypes = tuple(np.dtype(graph[o].type.dtype) for o in graph.outputs)
+        self._use_dask = self.parallel and taskgraph.total_time() >= cost.dask_seconds
 
     def matches(self, values: Mapping[str, Any]) -> bool:
         """Whether ``values`` fit this plan (types, forms and sparsity patterns)."""
@@ -912,34 +991,48 @@ class SparsePlan:
         scheduler:
             ``"sync"`` (dask's synchronous scheduler, the reference), ``"threads"`` (dask's
             threaded scheduler with ``cost.threads`` workers), a
-            ``dask.distributed.Client``, ``"inline"`` (a plain loop in task order), or
-            ``None``: threads when the plan has tasks that can run at once and its
-            estimated time is at least ``cost.inline_seconds``, else inline.
+            ``dask.distributed.Client``, ``"inline"`` (the tasks in order in this thread), or
+            ``None``: Dask's threaded scheduler when the plan has tasks that can run at once
+            and its estimated time is at least ``cost.dask_seconds`` (where Dask's
+            100-200 µs per task is amortised), else the tasks in this process with the
+            independent row panels of a level on ``cost.threads`` threads when they carry at
+            least ``cost.parallel_seconds`` of work (a small plan's call then costs a few
+            microseconds more than its kernels).
 
         Returns
         -------
         The outputs as numpy arrays, or scipy CSR arrays where the propagated output pattern
         is sparse, in the structure the spec returned them.
         """
-        missing = [n for n in self.inputs if n not in inputs]
-        if missing:
-            raise SpecError(f"missing input(s) {missing}; the plan's inputs are "
-                            f"{list(self.inputs)}")
-        unknown = [n for n in inputs if n not in self.inputs]
-        if unknown:
+        try:
+            values = [inputs[n] for n in self._names]
+        except KeyError:
+            values = None
+        if values is None or len(inputs) != len(self._names):
+            missing = [n for n in self._names if n not in inputs]
+            if missing:
+                raise SpecError(f"missing input(s) {missing}; the plan's inputs are "
+                                f"{list(self.inputs)}")
+            unknown = [n for n in inputs if n not in self.inputs]
             raise SpecError(f"unknown input(s) {unknown}; the plan's inputs are "
                             f"{list(self.inputs)}")
-        feed = self.feed(inputs)
-        if scheduler is None:
-            scheduler = "threads" if self.parallel and \
-                self.taskgraph.total_time() >= self.cost.inline_seconds else "inline"
-        keys = self.output_buffers()
-        vals = execute_taskgraph(self.taskgraph, feed, keys, scheduler, self.cost.threads)
+        checked = [s.check(v) for s, v in zip(self._specs, values)]
+        if scheduler is None and self._use_dask:
+            scheduler = "threads"
+        if scheduler is None or scheduler == "inline":
+            vals = self._program([*checked, *self._const_values], parallel=scheduler is None)
+        else:
+            feed = dict(zip(self._feed_keys, [*checked, *self._const_values]))
+            vals = execute_taskgraph(self.taskgraph, feed, self.output_buffers(), scheduler,
+                                     self.cost.threads)
         outs = []
-        for val, o in zip(vals, self.graph.outputs):
-            dt = self.graph[o].type.dtype
-            if sp.issparse(val):
-                val = sp.csr_array(val)
+        for val, dt in zip(vals, self._out_dtypes):
+            if type(val) is np.ndarray:
+                if val.dtype != dt:
+                    val = val.astype(dt)
+            elif sp.issparse(val):
+                if not isinstance(val, sp.csr_array):
+                    val = sp.csr_array(val)
                 if val.dtype != dt:
                     val = val.astype(dt)
             else:
@@ -983,6 +1076,103 @@ class SparsePlan:
     def __repr__(self) -> str:
         return (f"SparsePlan(inputs={list(self.inputs)}, tasks={len(self.taskgraph)}, "
                 f"kernels={self.kernels})")
+
+
+_POOLS: dict[int, Any] = {}
+_POOLS_LOCK = threading.Lock()
+
+
+def _pool(workers: int) -> Any:
+    """A process-wide pool of ``workers`` threads, created on first use."""
+    pool = _POOLS.get(workers)
+    if pool is None:
+        with _POOLS_LOCK:
+            pool = _POOLS.get(workers)
+            if pool is None:
+                from concurrent.futures import ThreadPoolExecutor
+
+                pool = _POOLS[workers] = ThreadPoolExecutor(workers,
+                                                            thread_name_prefix="thrifty")
+    return pool
+
+
+class _Program:
+    """A TaskGraph compiled for an in-process run: slots instead of buffer names, and levels
+    of tasks that do not depend on each other.
+
+    The per-call cost is a few microseconds plus the tasks (Dask's schedulers spend about
+    100-200 µs per task, which is the whole run of a small SpMV). A level of several tasks
+    whose estimated time is at least ``parallel_seconds`` runs on ``threads`` threads (a
+    process-wide pool plus the calling thread, all taking tasks from one queue); the kernels
+    release the GIL (numba ``nogil``, BLAS, scipy).
+    """
+
+    def __init__(self, tg: TaskGraph, inputs: Sequence[str], keys: Sequence[str],
+                 threads: int, parallel_seconds: float) -> None:
+        slot: dict[Hashable, int] = {b: i for i, b in enumerate(inputs)}
+        level: dict[Hashable, int] = {}
+        by_level: list[list[Hashable]] = []
+        for tid in tg.order:
+            lv = 1 + max((level[p] for p in tg.predecessors(tid)), default=-1)
+            level[tid] = lv
+            while len(by_level) <= lv:
+                by_level.append([])
+            by_level[lv].append(tid)
+        last_use: dict[Hashable, int] = {}
+        for lv, tids in enumerate(by_level):
+            for tid in tids:
+                for r in tg.tasks[tid].reads:
+                    last_use[r] = lv
+        keep = set(keys) | set(inputs)
+        self.levels: list[tuple[tuple[tuple[Callable[..., Any], tuple[int, ...], int], ...],
+                                bool, tuple[int, ...]]] = []
+        for lv, tids in enumerate(by_level):
+            steps = []
+            for tid in tids:
+                t = tg.tasks[tid]
+                assert t.fn is not None and len(t.writes) == 1
+                slot[t.writes[0]] = len(slot)
+                steps.append((t.fn, tuple(slot[r] for r in t.reads), slot[t.writes[0]]))
+            par = threads > 1 and len(steps) > 1 and \
+                sum(tg.tasks[t].time for t in tids) >= parallel_seconds
+            free = tuple(slot[b] for b, u in last_use.items()
+                         if u == lv and b not in keep)
+            self.levels.append((tuple(steps), par, free))
+        self.n_slots = len(slot)
+        self.keys = tuple(slot[k] for k in keys)
+        self.threads = threads
+
+    def __call__(self, feed: Sequence[Any], parallel: bool = True) -> list[Any]:
+        env: list[Any] = [None] * self.n_slots
+        env[:len(feed)] = feed
+        for steps, par, free in self.levels:
+            if par and parallel:
+                self._parallel(steps, env)
+            else:
+                for fn, reads, out in steps:
+                    env[out] = fn(*[env[r] for r in reads])
+            for f in free:
+                env[f] = None
+        return [env[k] for k in self.keys]
+
+    def _parallel(self, steps: Sequence[tuple[Callable[..., Any], tuple[int, ...], int]],
+                  env: list[Any]) -> None:
+        queue = iter(steps)  # a C iterator: next() is atomic under the GIL
+
+        def work() -> None:
+            for fn, reads, out in queue:
+                env[out] = fn(*[env[r] for r in reads])
+
+        if threading.current_thread().name.startswith("thrifty"):
+            work()  # a plan run from inside a pooled task: no waiting on the pool itself
+            return
+        pool = _pool(self.threads - 1)
+        futures = [pool.submit(work) for _ in range(min(self.threads, len(steps)) - 1)]
+        try:
+            work()
+        finally:
+            for f in futures:
+                f.result()
 
 
 def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str],
@@ -1029,6 +1219,25 @@ def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str
                     "None, or a dask.distributed.Client")
 
 
+def _pattern_free_inputs(graph: Graph, tasks: Sequence[Task],
+                         specs: Mapping[str, InputSpec]) -> list[str]:
+    """Sparse inputs whose pattern the plan does not depend on: the spec is one matmul and
+    every task reading the input is a CSR kernel that reads the index arrays at run time
+    (row ranges only balance the work), so a run is right for any pattern of that shape."""
+    ops = [n for n in graph if n.op not in ("input", "const")]
+    if len(ops) != 1 or ops[0].op != "matmul" or ops[0].id not in graph.outputs:
+        return []
+    free = []
+    for name, s in specs.items():
+        readers = [t for t in tasks if f"in:{name}" in t.reads]
+        if s.sparse and readers and all(
+                isinstance(t.fn, (_SpmvPanel, _SpmvWhole, _DenseMatmul)) or
+                (isinstance(t.fn, _SpmmPanel) and t.fn.post is None and
+                 all(seg.form == "csr" for seg in t.fn.segs)) for t in readers):
+            free.append(name)
+    return free
+
+
 def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None = None,
                cost: CostModel | None = None) -> SparsePlan:
     """Inspect ``inputs`` and lower ``graph`` to a :class:`SparsePlan`.
@@ -1061,8 +1270,14 @@ def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None =
         if vshape != node.type.shape:
             raise ShapeError(f"input {spec.name!r} has shape {vshape}, but the graph was "
                              f"traced for shape {node.type.shape}")
-    canon = {n: (canonical_csr(inputs[n], n) if s.sparse else None) for n, s in specs.items()}
-    prop = propagate(graph, {n: c for n, c in canon.items() if c is not None})
+    # the inspected patterns on the plan's own index arrays (the caller's may change later)
+    canon = {}
+    for n, s in specs.items():
+        if s.sparse:
+            assert s.indptr is not None and s.indices is not None
+            C = canonical_csr(inputs[n], n)
+            canon[n] = K.csr_from_parts(C.data, s.indices, s.indptr, C.shape)  # type: ignore[arg-type]
+    prop = propagate(graph, canon)
     b = _Builder(graph, prop, cost)
     for m, u in _fusable_posts(graph).items():
         b.post[m] = _Unary(graph[u].op, graph[u].attrs)
@@ -1085,6 +1300,8 @@ def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None =
             b.values[node.id] = _lower_node(b, node)
     outs = [b.values[o] for o in graph.outputs]
     results = [v.buffer for v in outs]
+    for n in _pattern_free_inputs(graph, b.tasks, specs):
+        specs[n] = replace(specs[n], pattern_free=True)
     tg = TaskGraph(b.tasks, b.buffers, results=results, name=f"sparse plan of {len(graph)} nodes")
     return SparsePlan(graph, structure, prop, tg, specs, outs, b.consts, b.kernels, b.useful,
                       b.executed, time.perf_counter() - t0, cost)
