@@ -93,10 +93,10 @@ def test_ops_without_a_rule_give_an_infinite_certified_bound():
 
 
 # -- the specialized plan's own kernels on the unit ------------------------------------------
-def _block_graph(n_blocks: int = 8, bs: int = 64, seed: int = 0) -> sp.csr_array:
+def _block_graph(n_blocks: int = 4, bs: int = 128, seed: int = 0) -> sp.csr_array:
     """Dense-ish diagonal blocks (the engine gathers them into panels) plus a sparse graph."""
     rng = np.random.default_rng(seed)
-    B = sp.block_diag([sp.random_array((bs, bs), density=0.6, rng=rng)
+    B = sp.block_diag([sp.random_array((bs, bs), density=0.9, rng=rng)
                        for _ in range(n_blocks)], format="csr")
     return sp.csr_array(B + th.rmat(int(np.log2(n_blocks * bs)), edge_factor=2, seed=1,
                                     symmetric=True))
@@ -107,7 +107,7 @@ def gcn_plan():
     gcn = th.program(lambda A, X, W: th.relu(A @ (X @ W)))
     A = _block_graph()
     rng = np.random.default_rng(3)
-    X, W = rng.standard_normal((A.shape[0], 64)), rng.standard_normal((64, 32)) / 8
+    X, W = rng.standard_normal((A.shape[0], 64)), rng.standard_normal((64, 64)) / 8
     inputs = {"A": A, "X": X, "W": W}
     return gcn.specialize(**inputs), inputs
 
