@@ -147,3 +147,22 @@ def test_a_failing_task_in_a_parallel_level_raises(monkeypatch):
     monkeypatch.setattr(_SpmvPanel, "__call__", flaky)
     with pytest.raises(RuntimeError, match="panel failed"):
         plan(A=A, x=np.ones(A.shape[0]))
+
+
+def test_program_call_reuses_the_last_plan_in_any_keyword_order_and_respecializes():
+    import thrifty as th
+
+    rng = np.random.default_rng(7)
+    A = sp.random_array((60, 50), density=0.1, format="csr", rng=rng)
+    x = rng.standard_normal(50)
+    prog = th.program(lambda A, x: A @ x)
+    np.testing.assert_allclose(prog(A=A, x=x), A.toarray() @ x, rtol=1e-12)
+    first = prog._last_plan
+    np.testing.assert_allclose(prog(x=x, A=A), A.toarray() @ x, rtol=1e-12)
+    np.testing.assert_allclose(prog(A, x), A.toarray() @ x, rtol=1e-12)
+    assert prog._last_plan is first and len(prog._plans) == 1
+    B = sp.random_array((60, 50), density=0.2, format="csr", rng=rng)  # a new pattern
+    np.testing.assert_allclose(prog(A=B, x=x), B.toarray() @ x, rtol=1e-12)
+    assert prog._last_plan is not first and len(prog._plans) == 2
+    with pytest.raises(th.SpecError, match="unexpected keyword argument .y.; its inputs"):
+        prog(A=A, x=x, y=x)

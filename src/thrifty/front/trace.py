@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from thrifty.errors import SpecError
+from thrifty.errors import SpecError, ThriftyError
 from thrifty.graph.ir import Graph, Node, TensorType
 from thrifty.graph.ops import get_op, infer_type
 
@@ -291,11 +291,15 @@ class Program:
         self._traces: dict[tuple[TensorType, ...], Traced] = {}
         self._plans: dict[Any, Any] = {}  # specialized plans by (types, pattern fingerprints)
         self._last_plan: Any = None
+        self._param_names = tuple(self.signature.parameters)
+        self._param_set = frozenset(self._param_names)
         self.__name__ = getattr(fn, "__name__", "program")
         self.__doc__ = fn.__doc__
 
     def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
         """Map positional and keyword arguments to the function's parameter names."""
+        if not args and kwargs.keys() == self._param_set:
+            return {p: kwargs[p] for p in self._param_names}  # every parameter by name
         try:
             b = self.signature.bind(*args, **kwargs)
         except TypeError as e:
@@ -382,6 +386,14 @@ class Program:
         from thrifty.runtime.reference import evaluate
 
         inputs = self.bind(args, kwargs)
+        last = self._last_plan
+        if last is not None:  # the common case: the same patterns as the last call
+            try:
+                checked = last.check_inputs(inputs)
+            except ThriftyError:
+                checked = None
+            if checked is not None:
+                return last.run_checked(checked)
         if any(_is_sparse(v) for v in inputs.values()):
             return self.plan_for(**inputs)(**inputs)
         tr = self.traced(**inputs)

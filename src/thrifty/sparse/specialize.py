@@ -969,9 +969,8 @@ class SparsePlan:
     def matches(self, values: Mapping[str, Any]) -> bool:
         """Whether ``values`` fit this plan (types, forms and sparsity patterns)."""
         try:
-            for name, spec in self.inputs.items():
-                spec.check(values[name])
-        except (KeyError, PatternError, ShapeError, SpecError):
+            self.check_inputs(values)
+        except (PatternError, ShapeError, SpecError):
             return False
         return True
 
@@ -1004,6 +1003,12 @@ class SparsePlan:
         The outputs as numpy arrays, or scipy CSR arrays where the propagated output pattern
         is sparse, in the structure the spec returned them.
         """
+        return self.run_checked(self.check_inputs(inputs), scheduler)
+
+    def check_inputs(self, inputs: Mapping[str, Any]) -> list[Any]:
+        """The inputs in the plan's run-time forms, in the plan's order; raises
+        :class:`SpecError` (missing or unknown names, dtype), :class:`ShapeError` or
+        :class:`PatternError` when they do not fit the plan."""
         try:
             values = [inputs[n] for n in self._names]
         except KeyError:
@@ -1016,7 +1021,10 @@ class SparsePlan:
             unknown = [n for n in inputs if n not in self.inputs]
             raise SpecError(f"unknown input(s) {unknown}; the plan's inputs are "
                             f"{list(self.inputs)}")
-        checked = [s.check(v) for s, v in zip(self._specs, values)]
+        return [s.check(v) for s, v in zip(self._specs, values)]
+
+    def run_checked(self, checked: Sequence[Any], scheduler: Any = None) -> Any:
+        """:meth:`run` on inputs already returned by :meth:`check_inputs`."""
         if scheduler is None and self._use_dask:
             scheduler = "threads"
         if scheduler is None or scheduler == "inline":
