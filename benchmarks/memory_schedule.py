@@ -8,6 +8,10 @@ as a ratio to ours (file order, dask.order, DFS, BFS, greedy least-peak-first), 
 its own (``schedule(method=name)``), with dask.order's time. Our order is replayed by
 :func:`thrifty.memory.simulate` and must give the same peak.
 
+The peak-preserving reductions (:mod:`thrifty.memory.order.reduce`) are reported too: the
+tasks left after them (graphs of up to ``REDUCE_MAX_TASKS`` tasks), and the same schedule
+run without them (``schedule(reduce=False)``): its peak, whether it is proven, its time.
+
 Usage::
 
     python benchmarks/memory_schedule.py --quick     # a few minutes on 2 cores
@@ -35,7 +39,7 @@ from rich.table import Table
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.graph.taskgraph_io import TaskGraphFile, read_taskgraph
 from thrifty.memory import schedule, simulate
-from thrifty.memory.order import BASELINES
+from thrifty.memory.order import BASELINES, reduce_graph
 from thrifty.memory.order.generate import (
     nn_like,
     random_in_tree,
@@ -43,6 +47,7 @@ from thrifty.memory.order.generate import (
     random_out_tree,
     series_parallel,
 )
+from thrifty.memory.schedule import REDUCE_MAX_TASKS
 from thrifty.testing import shared_data_dir
 
 RESULTS = Path(__file__).resolve().parent / "results" / "memory_schedule.json"
@@ -94,6 +99,14 @@ def run(quick: bool, time_limit: float) -> dict[str, object]:
         sim = simulate(graph, r.order).peak
         if sim != r.peak:
             raise AssertionError(f"{label}: schedule says {r.peak}, simulate says {sim}")
+        t0 = time.perf_counter()
+        plain = schedule(g, time_limit=time_limit, reduce=False)
+        plain_seconds = time.perf_counter() - t0
+        reduction = r.info.get("reduction")
+        if reduction is None and len(graph.tasks) <= REDUCE_MAX_TASKS:  # solved before it
+            t0 = time.perf_counter()
+            red = reduce_graph(graph)
+            reduction = {**red.info, "seconds": time.perf_counter() - t0}
         baselines, times = {}, {}
         for name in BASELINES:
             t1 = time.perf_counter()
@@ -103,7 +116,12 @@ def run(quick: bool, time_limit: float) -> dict[str, object]:
         rows.append({"category": category, "graph": label, "tasks": len(graph.tasks),
                      "peak": r.peak, "optimal": r.optimal, "lower_bound": r.lower_bound,
                      "method": r.method, "seconds": seconds, "baselines": baselines,
-                     "baseline_seconds": times})
+                     "baseline_seconds": times,
+                     "tasks_reduced": None if reduction is None else reduction["tasks_after"],
+                     "reduction": reduction,
+                     "unreduced": {"peak": plain.peak, "optimal": plain.optimal,
+                                   "lower_bound": plain.lower_bound, "method": plain.method,
+                                   "seconds": plain_seconds}})
     return {"machine": machine(), "quick": quick, "time_limit": time_limit, "rows": rows}
 
 
@@ -114,28 +132,42 @@ def show(result: dict[str, object], console: Console) -> None:
                   f"{m['cpu_count']} CPUs; numpy {m['numpy']}, scipy {m['scipy']}, "
                   f"dask {m['dask']}")
     t = Table(title="peak of each baseline / our peak (1.000 = as good as ours)")
-    for col in ("category", "graph", "tasks", "ours: method", "proven", "peak / LB", "time s",
-                *BASELINES, "dask s"):
+    for col in ("category", "graph", "tasks", "reduced", "ours: method", "proven", "peak / LB",
+                "time s", "unreduced: proven", "peak", "s", *BASELINES, "dask s"):
         t.add_column(col, justify="left" if col in ("category", "graph") else "right")
     for row in result["rows"]:  # type: ignore[attr-defined]
         peak = row["peak"]
         ratios = [f"{row['baselines'][k] / peak:.3f}" if k in row["baselines"] and peak
                   else "-" for k in BASELINES]
         gap = f"{peak / row['lower_bound']:.3f}" if row["lower_bound"] else "-"
-        t.add_row(row["category"], row["graph"], str(row["tasks"]), row["method"],
-                  "yes" if row["optimal"] else "no", gap, f"{row['seconds']:.2f}", *ratios,
+        plain = row["unreduced"]
+        reduced = "-" if row["tasks_reduced"] is None else str(row["tasks_reduced"])
+        t.add_row(row["category"], row["graph"], str(row["tasks"]), reduced, row["method"],
+                  "yes" if row["optimal"] else "no", gap, f"{row['seconds']:.2f}",
+                  "yes" if plain["optimal"] else "no", f"{plain['peak'] / peak:.3f}",
+                  f"{plain['seconds']:.2f}", *ratios,
                   f"{row['baseline_seconds']['dask']:.2f}")
     console.print(t)
     s = Table(title="proven optima and targets")
-    for col in ("category", "graphs", "proven optimal", "largest", "max time s"):
+    for col in ("category", "graphs", "proven optimal", "without reductions", "tasks",
+                "after reductions", "largest", "max time s"):
         s.add_column(col)
     cats: dict[str, list[dict]] = {}
     for row in result["rows"]:  # type: ignore[attr-defined]
         cats.setdefault(row["category"], []).append(row)
     for cat, rs in cats.items():
+        red = [r for r in rs if r["tasks_reduced"] is not None]
         s.add_row(cat, str(len(rs)), str(sum(r["optimal"] for r in rs)),
+                  str(sum(r["unreduced"]["optimal"] for r in rs)),
+                  str(sum(r["tasks"] for r in red)) if red else "-",
+                  str(sum(r["tasks_reduced"] for r in red)) if red else "-",
                   str(max(r["tasks"] for r in rs)), f"{max(r['seconds'] for r in rs):.2f}")
+    rows = result["rows"]  # type: ignore[assignment]
+    s.add_row("all", str(len(rows)), str(sum(r["optimal"] for r in rows)),
+              str(sum(r["unreduced"]["optimal"] for r in rows)), "", "", "", "")
     console.print(s)
+    console.print("tasks / after reductions: over the graphs of up to "
+                  f"{REDUCE_MAX_TASKS} tasks (larger ones are not reduced)")
 
 
 def main() -> None:

@@ -16,6 +16,16 @@ Policy (``method="auto"``):
    up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
    still raises the proven lower bound.
 
+Before 2., graphs of up to 5,000 tasks are *reduced* (:mod:`thrifty.memory.order.reduce`):
+tasks that some optimal order runs back to back are merged, which keeps the least peak.
+When the reduced graph is an in-forest or series-parallel, Liu's or Kayaaslan et al.'s
+algorithm solves it exactly (method ``"reduce+liu"``, ``"reduce+sp"``); otherwise, when it has
+at most :data:`REDUCED_ENOUGH` of the tasks, the exact search runs on the reduced graph
+(fewer tasks, fewer executed sets) and its lower bounds
+(:meth:`~thrifty.memory.order.compact.Compact.task_bounds` of the merged tasks) count too.
+Orders of the reduced graph are expanded to orders of ``g`` with the same peak.
+``info["reduction"]`` says what the reductions did (tasks before and after, merges by rule).
+
 ``optimal`` is True only when proven: by Liu's theorem or Kayaaslan et al.'s, by the search
 finishing, or by the peak meeting the lower bound: the bytes at the start, the results at the
 end, and for each task what it uses while it runs in every order (its reads, outputs and
@@ -48,12 +58,20 @@ from thrifty.memory.order.compact import DENSE_BOUND_TASKS
 from thrifty.memory.order.exact import Lattice
 from thrifty.memory.order.heuristics import BEAM_MAX_TASKS
 from thrifty.memory.order.local import improve_order
+from thrifty.memory.order.reduce import Reduction, reduce_graph
 from thrifty.memory.order.sp import sp_order
 
 __all__ = ["METHODS", "schedule"]
 
 EXACT_MAX_TASKS = 5000
 """Graphs with more tasks skip the exact search (its states are sets of tasks)."""
+
+REDUCE_MAX_TASKS = EXACT_MAX_TASKS
+"""Graphs with more tasks are not reduced (the reductions serve the exact search)."""
+
+REDUCED_ENOUGH = 0.95
+"""``auto`` works on the reduced graph only when it has at most this share of the tasks
+(building its bounds and search structures again is not worth a few merges)."""
 
 DASK_MAX_TASKS = 20_000
 """Above this many tasks ``auto`` skips dask.order (26 s for 50,000 tasks on 2 cores, where
@@ -72,7 +90,8 @@ METHODS: tuple[str, ...] = ("auto", "liu", "sp", "exact", "heuristic", *HEURISTI
 
 
 def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: float = 10.0,
-             reference_order: Sequence[Hashable] | None = None) -> ScheduleResult:
+             reference_order: Sequence[Hashable] | None = None,
+             reduce: bool = True) -> ScheduleResult:
     """Order the tasks of ``g`` for the least memory peak (eager frees).
 
     Parameters
@@ -93,13 +112,18 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         A topological order to use as the ``"file"`` baseline (default: the file's order
         when ``g`` is a file that has one, else the order the tasks are listed in when it
         is topological, else ``g.order``).
+    reduce:
+        Apply the peak-preserving reductions before the exact methods (``"auto"`` and
+        ``"exact"``; graphs of up to :data:`REDUCE_MAX_TASKS` tasks). ``False`` searches the
+        graph as given (for comparison).
 
     Returns
     -------
     ScheduleResult
         ``order`` (task ids), ``peak``, ``optimal`` (proven), ``lower_bound``, ``method``
         (what produced the order) and ``info`` (``"peaks"``: each heuristic's peak,
-        ``"seconds"``, ``"states"``: executed sets the search stored).
+        ``"seconds"``, ``"states"``: executed sets the search stored, ``"reduction"``: tasks
+        before and after the reductions and merges by rule, when they ran).
 
     Example
     -------
@@ -152,11 +176,38 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         if method == "sp":
             raise ThriftyError(f"{g.name} is not series-parallel with one reader per buffer "
                                "(closed by a virtual source and sink); use method='auto'")
+    red: Reduction | None = None
+    if reduce and method in ("auto", "exact") and c.n <= REDUCE_MAX_TASKS:
+        t1 = time.perf_counter()
+        red = reduce_graph(g)
+        info["reduction"] = {**red.info, "seconds": time.perf_counter() - t1}
+    if red is not None and red.graph is not g and (
+            method == "exact" or len(red.graph.tasks) <= REDUCED_ENOUGH * c.n):
+        # solve the reduced graph
+        rc = Compact.of(red.graph)
+        rpos = {t: i for i, t in enumerate(c.ids)}
+
+        def expand(order: list[int]) -> list[int]:
+            return [rpos[t] for t in red.expand(rc.to_ids(order))]
+
+        rbounds = rc.task_bounds()
+        lb = max(lb, rc.lower_bound(rbounds))
+        if method == "auto" and is_in_forest(rc):
+            return done(expand(liu_in_tree(rc)), "reduce+liu", True, lb)
+        if method == "auto":
+            rsp = sp_order(rc)
+            if rsp is not None:
+                return done(expand(rsp), "reduce+sp", True, lb)
+    else:
+        rc, rbounds = c, bounds
+
+        def expand(order: list[int]) -> list[int]:
+            return order
     if method == "exact":
-        res = exact_order(c, None, time_limit=time_limit, task_bounds=bounds)
+        res = exact_order(rc, None, time_limit=time_limit, task_bounds=rbounds)
         info["states"] = res.states
         if res.order is not None:
-            return done(res.order, "exact", True, res.lower_bound)
+            return done(expand(res.order), "exact", True, max(lb, res.lower_bound))
         raise ThriftyError(f"{g.name}: the exact search did not finish in {time_limit} s "
                            f"(proven lower bound {res.lower_bound}); raise time_limit or use "
                            "method='auto'")
@@ -177,12 +228,13 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
     if best_peak <= lb or c.n > EXACT_MAX_TASKS:
         return done(best_order, best_name, False, lb)
-    res = exact_order(c, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,
-                      lattice=lattice)
+    rlattice = lattice if rc is c else Lattice(rc, rbounds)
+    res = exact_order(rc, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,
+                      lattice=rlattice)
     info["states"] = res.states
     bound = max(lb, res.lower_bound)
     if res.order is not None:
-        return done(res.order, "exact", True, bound)
+        return done(expand(res.order), "exact", True, bound)
     return done(best_order, best_name, res.optimal, bound)
 
 

@@ -11,6 +11,8 @@ Every ordering works on a :class:`~thrifty.memory.order.compact.Compact` view of
 * :mod:`~thrifty.memory.order.exact`: best-first search over executed sets with dominance
   pruning (Serenity, MLSys 2020), exact under a time limit;
 * :mod:`~thrifty.memory.order.local`: exact re-solving of windows around an order's peak;
+* :mod:`~thrifty.memory.order.reduce`: merges of tasks that keep the least peak (before the
+  exact search), independent parts of a graph and a merge of their orders;
 * :mod:`~thrifty.memory.order.heuristics` (:data:`HEURISTICS`, :data:`BASELINES`): the file's
   order, dask.order, DFS, BFS, greedy orders, reverse post-order, beam search;
 * :mod:`~thrifty.memory.order.generate`: seeded generators for tests and benchmarks.
@@ -24,8 +26,10 @@ from thrifty.memory.order.compact import Compact
 from thrifty.memory.order.exact import ExactResult, exact_order
 from thrifty.memory.order.heuristics import BASELINES, HEURISTICS
 from thrifty.memory.order.local import improve_order
+from thrifty.memory.order.reduce import Reduction, combine_orders, components, reduce_graph
 from thrifty.memory.order.sp import sp_decompose, sp_order
 from thrifty.memory.order.tree import is_in_forest, liu_in_tree
 
-__all__ = ["BASELINES", "HEURISTICS", "Compact", "ExactResult", "exact_order",
-           "improve_order", "is_in_forest", "liu_in_tree", "sp_decompose", "sp_order"]
+__all__ = ["BASELINES", "HEURISTICS", "Compact", "ExactResult", "Reduction", "combine_orders",
+           "components", "exact_order", "improve_order", "is_in_forest", "liu_in_tree",
+           "reduce_graph", "sp_decompose", "sp_order"]
