@@ -184,26 +184,38 @@ def peer_fns(kernel: str, A: sp.csr_array, inp: dict,
 
 
 def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int,
-                      seed: int = 0) -> dict[str, float]:
-    """Median time of each function, measured in rounds (one warm-up each) so that a
-    fluctuating machine load hits every implementation alike.
+                      seed: int = 0, min_sample: float = 5e-3) -> dict[str, float]:
+    """Median time per call of each function, measured in rounds (after a warm-up) so that
+    a fluctuating machine load hits every implementation alike.
 
     Each round runs the functions in a new (seeded) random order: with a fixed order the
     same implementation always runs right after the same peer, and a peer whose OpenMP
     threads keep spinning after it returns (python-graphblas: both cores busy for a while)
-    slows whoever comes next, up to 5x on a 0.1 ms SpMV.
+    slows whoever comes next, up to 5x on a 0.1 ms SpMV. A function faster than
+    ``min_sample`` is called several times back to back per sample (the count fixed from
+    its warm-up), so that a sample of a 20 µs call is not timer and scheduler noise.
     """
-    for f in fns.values():
+    inner: dict[str, int] = {}
+    for k, f in fns.items():
+        t0 = time.perf_counter()
         f()
+        warm = time.perf_counter() - t0
+        if warm < min_sample:  # a second call, compiled and cached, sets the count
+            t0 = time.perf_counter()
+            f()
+            warm = min(warm, time.perf_counter() - t0)
+        inner[k] = max(1, min(1000, int(min_sample / max(warm, 1e-7))))
     ts: dict[str, list[float]] = {k: [] for k in fns}
     keys = list(fns)
     rng = np.random.default_rng(seed)
     for _ in range(repeat):
         for i in rng.permutation(len(keys)):
             k = keys[i]
+            f, n = fns[k], inner[k]
             t0 = time.perf_counter()
-            fns[k]()
-            ts[k].append(time.perf_counter() - t0)
+            for _ in range(n):
+                f()
+            ts[k].append((time.perf_counter() - t0) / n)
     return {k: statistics.median(v) for k, v in ts.items()}
 
 
