@@ -166,3 +166,26 @@ def test_program_call_reuses_the_last_plan_in_any_keyword_order_and_respecialize
     assert prog._last_plan is not first and len(prog._plans) == 2
     with pytest.raises(th.SpecError, match="unexpected keyword argument .y.; its inputs"):
         prog(A=A, x=x, y=x)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32"])
+@pytest.mark.parametrize("k", [None, 5])
+def test_a_full_pattern_is_multiplied_as_the_dense_matrix_it_is(dtype, k):
+    rng = np.random.default_rng(11)
+    D = rng.standard_normal((30, 20)).astype(dtype)
+    D[3, 4] = 0.0  # an explicit zero stays in the pattern
+    A = sp.csr_array((D.ravel(), np.tile(np.arange(20), 30), np.arange(0, 601, 20)),
+                     shape=(30, 20))
+    X = rng.standard_normal(20 if k is None else (20, k)).astype(dtype)
+    plan = specialize(th.program(lambda A, X: A @ X).trace(A=A, X=X), {"A": A, "X": X})
+    assert plan.report()["kernels"] == {"gemm_full_pattern": 1}
+    out = plan(A=A, X=X)
+    assert out.dtype == dtype
+    np.testing.assert_allclose(out, D @ X, rtol=1e-5 if dtype == "float32" else 1e-12)
+    A2 = A.copy()
+    A2.data = A2.data * 2
+    np.testing.assert_allclose(plan(A=A2, X=X), 2 * (D @ X), rtol=1e-5 if dtype == "float32"
+                               else 1e-12)
+    B = sp.csr_array(A.toarray())  # the explicit zero dropped: another pattern
+    with pytest.raises(th.PatternError):
+        plan(A=B, X=X)

@@ -229,7 +229,7 @@ def plan_product(unit: Any, plan: Any, node_id: int, a: Any, b: Any
                                  b, P)
             out[fn.r0:fn.r1] += part
             ran["masked_spgemm"] = ran.get("masked_spgemm", 0) + 1
-        elif isinstance(fn, (S._DenseMatmul, S._Spgemm)):
+        elif isinstance(fn, (S._DenseMatmul, S._Spgemm, S._FullPattern)):
             out = _matmul(unit, _csr(a) if sp.issparse(a) else a, _dense_of(b))
             ran[t.kernel] = ran.get(t.kernel, 0) + 1
         else:

@@ -15,6 +15,8 @@ op and patterns         kernel
 csr @ dense matrix      ``spmm``: per block row, CSR SpMM or gemm on a gathered dense
                         panel, whichever the :class:`~thrifty.sparse.cost.CostModel` finds
                         cheaper (``spmm_csr`` / ``spmm_panel``)
+csr @ dense, every      ``gemm_full_pattern``: the CSR values viewed as the dense matrix
+entry stored            (no copy), BLAS
 csr @ dense vector      ``spmv``: scipy's CSR kernel on row panels read in place, or
                         ``spmv_scipy``: one call of it when splitting would not pay
 dense @ dense, needed   ``sddmm`` (only the needed entries)
@@ -304,6 +306,18 @@ class _SpmvWhole:
             _st.csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, out)
             return out
         return np.asarray(A @ x).astype(self.dtype, copy=False)
+
+
+class _FullPattern:
+    """``A @ X`` for a CSR ``A`` whose pattern holds every entry: its data array, in
+    canonical (row-major) order, viewed as the dense matrix and multiplied by BLAS."""
+
+    def __init__(self, shape: tuple[int, int], dtype: str) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def __call__(self, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
+        D = A.data.reshape(self.shape)
+        return np.asarray(np.matmul(D, np.asarray(X))).astype(self.dtype, copy=False)
 
 
 class _SddmmPanel:
@@ -694,6 +708,14 @@ def _lower_matmul(b: _Builder, node: Node, a_id: int, b_id: int,
     if va.kind == "csr" and vb.kind == "dense":
         A = va.struct
         assert A is not None
+        if A.nnz and A.nnz == A.shape[0] * A.shape[1]:
+            # a full pattern: its canonical CSR values, row by row, are the dense matrix
+            flops = 2 * A.nnz * (shape_b[1] if len(shape_b) == 2 else 1)
+            b.useful += flops
+            b.executed += flops
+            return _Value(b.task(f"v{node.id}", _FullPattern(A.shape, dtype),
+                                 [va.buffer, vb.buffer], node.type.nbytes, "gemm_full_pattern",
+                                 flops / cm.gemm_flops, node.id), "dense")
         if len(shape_b) == 1:
             secs = cm.spmm_seconds(A.nnz, 1)
             ranges = _split_rows(A.indptr.astype(np.float64), cm.n_tasks(secs))
