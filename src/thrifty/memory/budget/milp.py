@@ -107,8 +107,8 @@ from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_array
 
 from thrifty.graph.taskgraph import TaskGraph
-from thrifty.memory.budget.sequence import plan_from_sequence
-from thrifty.memory.model import Plan, Step
+from thrifty.memory.budget.sequence import Stage, plan_from_sequence, staged_plan
+from thrifty.memory.model import Plan
 
 __all__ = ["Stage", "milp_plan", "staged_plan"]
 
@@ -154,66 +154,6 @@ class _Rows:
         self.hi.append(hi)
 
 
-#: One stage of a staged plan: (prefetch now, prefetch for later, computes, offload old,
-#: offload new). See the module docstring.
-Stage = tuple[tuple[Hashable, ...], tuple[Hashable, ...], tuple[Hashable, ...],
-              tuple[Hashable, ...], tuple[Hashable, ...]]
-
-
-def staged_plan(g: TaskGraph, stages: Sequence[Stage], **plan_kw: object) -> Plan:
-    """The plan of ``stages`` (prefetches, computes, offloads per stage), freeing eagerly.
-
-    A buffer's device copy is freed right after its last use (a read by a compute, or an
-    offload) before it is next written or prefetched, or right after it is written or
-    prefetched when nothing uses it; inputs nothing uses are freed first; results are never
-    freed.
-
-    Example
-    -------
-    >>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
-    >>> g = TaskGraph([Task("a", writes=("x",), time=1.0),
-    ...                Task("b", reads=("x",), writes=("y",), time=1.0),
-    ...                Task("c", reads=("x", "y"), writes=("z",), time=1.0)],
-    ...               [Buffer("x", 4, "a"), Buffer("y", 4, "b"), Buffer("z", 4, "c")])
-    >>> p = staged_plan(g, [((), (), ("a",), (), ()), ((), (), ("b",), (), ("x",)),
-    ...                     (("x",), (), ("c",), (), ())])
-    >>> [(s.op, s.target) for s in p.steps]  # doctest: +NORMALIZE_WHITESPACE
-    [('compute', 'a'), ('compute', 'b'), ('offload', 'x'), ('prefetch', 'x'),
-     ('compute', 'c'), ('free', 'x'), ('free', 'y')]
-    """
-    events: list[Step] = []
-    for pn, pl, comps, oo, on in stages:
-        events.extend(Step("prefetch", b) for b in (*pn, *pl))
-        events.extend(Step("compute", t) for t in comps)
-        events.extend(Step("offload", b) for b in (*oo, *on))
-    live: set[Hashable] = set(g.results)
-    frees_after: list[list[Hashable]] = [[] for _ in events]
-    for i in range(len(events) - 1, -1, -1):
-        st = events[i]
-        if st.op == "offload":
-            live.add(st.target)
-        elif st.op == "prefetch":
-            if st.target not in live:
-                frees_after[i].append(st.target)
-            live.discard(st.target)
-        else:
-            task = g.tasks[st.target]
-            for w in task.writes:
-                if w in g.results:
-                    continue
-                if w not in live:
-                    frees_after[i].append(w)
-                live.discard(w)
-            for r in dict.fromkeys(task.reads):
-                if r not in live:
-                    frees_after[i].append(r)
-                    live.add(r)
-    steps: list[Step] = [Step("free", b) for b, buf in g.buffers.items()
-                         if buf.producer is None and b not in live]
-    for i, st in enumerate(events):
-        steps.append(st)
-        steps.extend(Step("free", b) for b in frees_after[i])
-    return Plan(tuple(steps), **plan_kw)  # type: ignore[arg-type]
 
 
 def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None,
