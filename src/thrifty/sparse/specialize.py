@@ -109,16 +109,20 @@ class InputSpec:
     indices: np.ndarray | None = field(default=None, repr=False)
     pattern_free: bool = False
     seen: tuple[Any, Any] | None = field(default=None, repr=False, compare=False)
+    np_dtype: np.dtype = field(init=False, repr=False, compare=False)  # type: ignore[type-arg]
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "np_dtype", np.dtype(self.dtype))  # compared on every run
 
     def check(self, value: Any) -> Any:
         """The value in the plan's run-time form; raises on a type or pattern mismatch."""
         tv = type(value)
         if tv is np.ndarray and not self.sparse:  # the common dense case, cheaply
-            if value.shape != self.shape or value.dtype != self.dtype:
+            if value.shape != self.shape or value.dtype != self.np_dtype:
                 self._mismatch(value)
             return value
         if tv in _CSR_TYPES and self.sparse:
-            if value.shape != self.shape or value.dtype != self.dtype:
+            if value.shape != self.shape or value.data.dtype != self.np_dtype:
                 self._mismatch(value)
             ip, ix = value.indptr, value.indices
             seen = self.seen
@@ -1031,11 +1035,13 @@ class SparsePlan:
         """The inputs in the plan's run-time forms, in the plan's order; raises
         :class:`SpecError` (missing or unknown names, dtype), :class:`ShapeError` or
         :class:`PatternError` when they do not fit the plan."""
-        try:
-            values = [inputs[n] for n in self._names]
-        except KeyError:
-            values = None
-        if values is None or len(inputs) != len(self._names):
+        values = None
+        if len(inputs) == len(self._names):
+            try:
+                values = [inputs[n] for n in self._names]
+            except KeyError:
+                pass
+        if values is None:
             missing = [n for n in self._names if n not in inputs]
             if missing:
                 raise SpecError(f"missing input(s) {missing}; the plan's inputs are "
@@ -1156,6 +1162,7 @@ class _Program:
         keep = set(keys) | set(inputs)
         self.levels: list[tuple[tuple[tuple[Callable[..., Any], tuple[int, ...], int], ...],
                                 bool, tuple[int, ...]]] = []
+        self.single: tuple[Callable[..., Any], tuple[int, ...]] | None
         for lv, tids in enumerate(by_level):
             steps = []
             for tid in tids:
@@ -1171,8 +1178,17 @@ class _Program:
         self.n_slots = len(slot)
         self.keys = tuple(slot[k] for k in keys)
         self.threads = threads
+        # one task computing the one output from the feed: called directly
+        self.single = None
+        if len(self.levels) == 1 and len(self.levels[0][0]) == 1 and \
+                self.keys == (self.levels[0][0][0][2],):
+            fn, reads, _ = self.levels[0][0][0]
+            self.single = (fn, reads)
 
     def __call__(self, feed: Sequence[Any], parallel: bool = True) -> list[Any]:
+        if self.single is not None:
+            fn, reads = self.single
+            return [fn(*[feed[r] for r in reads])]
         env: list[Any] = [None] * self.n_slots
         env[:len(feed)] = feed
         for steps, par, free in self.levels:
