@@ -188,6 +188,8 @@ def main() -> None:
     console.print(f"[bold]memory_plan[/] {'--quick' if quick else 'full'}: {info}")
     console.print(f"MILP time limit {milp_limit} s; local search {limit} s; seeds fixed")
     rows: list[dict] = []
+    out = RESULTS if not args.only else RESULTS.with_name(f"memory_plan_{args.only}.json")
+    out.parent.mkdir(parents=True, exist_ok=True)
     for label, load in instances(quick):
         if args.only and args.only not in label:
             continue
@@ -195,6 +197,10 @@ def main() -> None:
         t0 = time.perf_counter()
         rows += bench(label, g, quick, milp_limit, limit)
         console.print(f"  {label}: {len(g.tasks)} tasks, {time.perf_counter() - t0:.1f} s")
+        # the rows so far, so that a long run stopped early still leaves its figures
+        out.write_text(json.dumps({"machine": info, "quick": quick, "milp_limit": milp_limit,
+                                   "limit": limit, "rows": rows, "partial": True},
+                                  indent=1, default=str))
     t = Table(title="overhead (makespan / compute - 1) at budget = fraction x best schedule "
                     "peak; * = MILP proven optimal (milp+pcie: in its staged plan space)")
     for c in ("graph", "tasks", "budget", *COLUMNS, "ours by", "t_ours", "t_milp",
@@ -241,8 +247,6 @@ def main() -> None:
             or [math.nan])),
     }
     console.print(summary)
-    out = RESULTS if not args.only else RESULTS.with_name(f"memory_plan_{args.only}.json")
-    out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"machine": info, "quick": quick, "milp_limit": milp_limit,
                                    "limit": limit, "rows": rows, "summary": summary},
                                   indent=1, default=str))
