@@ -359,12 +359,17 @@ class Program:
         Plans are cached per pattern fingerprint; the most recently used plan is checked
         first by array identity or equality of the index arrays (no hashing).
         """
-        from thrifty.sparse.pattern import canonical_csr, structure_fingerprint
-
         inputs = self.bind(args, kwargs)
         last = self._last_plan
         if last is not None and last.matches(inputs):
             return last
+        return self._cached_plan(inputs)
+
+    def _cached_plan(self, inputs: dict[str, Any]) -> Any:
+        """The plan for these inputs' types and patterns from the cache, specializing on a
+        miss (the last plan already found not to fit)."""
+        from thrifty.sparse.pattern import canonical_csr, structure_fingerprint
+
         types = tuple(type_of_value(k, v) for k, v in inputs.items())
         key = (types, tuple(structure_fingerprint(canonical_csr(v, k))
                             if _is_sparse(v) and np.ndim(v) == 2 else "dense"
@@ -395,7 +400,7 @@ class Program:
             if checked is not None:
                 return last.run_checked(checked)
         if any(_is_sparse(v) for v in inputs.values()):
-            return self.plan_for(**inputs)(**inputs)
+            return self._cached_plan(inputs).run(inputs)
         tr = self.traced(**inputs)
         outs = evaluate(tr.graph, inputs)
         return pack(outs, tr.structure)

@@ -33,6 +33,7 @@ chunks.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -135,10 +136,6 @@ def _csr(a: Any) -> sp.csr_array:
     return A
 
 
-def _unit_spmm_rows(unit: Any, A: sp.csr_array, X: np.ndarray, r0: int, r1: int) -> np.ndarray:
-    return unit_spmm(unit, A[r0:r1], X)
-
-
 def _unit_panel(unit: Any, A: sp.csr_array, X: np.ndarray, r0: int, r1: int,
                 cols: np.ndarray) -> np.ndarray:
     """A gathered dense panel ``A[r0:r1, cols] @ X[cols]`` as one gemm on the unit: its
@@ -196,7 +193,7 @@ def plan_product(unit: Any, plan: Any, node_id: int, a: Any, b: Any
         return None
     shape = plan.graph[node_id].type.shape
     out = np.zeros(shape)
-    ran: dict[str, int] = {}
+    ran: Counter[str] = Counter()
     for t in tasks:
         fn = t.fn
         if isinstance(fn, S._SpmmPanel):
@@ -207,34 +204,34 @@ def plan_product(unit: Any, plan: Any, node_id: int, a: Any, b: Any
                 if s.form == "panel":
                     assert s.cols is not None
                     out[s.r0:s.r1] = _unit_panel(unit, A, X, s.r0, s.r1, s.cols)
-                    ran["panel_gemm"] = ran.get("panel_gemm", 0) + 1
+                    ran["panel_gemm"] += 1
                 else:
-                    out[s.r0:s.r1] = _unit_spmm_rows(unit, A, X, s.r0, s.r1)
-                    ran["spmm_csr"] = ran.get("spmm_csr", 0) + 1
+                    out[s.r0:s.r1] = unit_spmm(unit, A[s.r0:s.r1], X)
+                    ran["spmm_csr"] += 1
         elif isinstance(fn, (S._SpmvPanel, S._SpmvWhole)):
             A, x = _csr(a), np.asarray(b, dtype=np.float64)[:, None]
             r0, r1 = (fn.r0, fn.r1) if isinstance(fn, S._SpmvPanel) else (0, A.shape[0])
-            out[r0:r1] = _unit_spmm_rows(unit, A, x, r0, r1)[:, 0]
-            ran["spmv"] = ran.get("spmv", 0) + 1
+            out[r0:r1] = unit_spmm(unit, A[r0:r1], x)[:, 0]
+            ran["spmv"] += 1
         elif isinstance(fn, S._SddmmPanel):
             X = np.asarray(a, dtype=np.float64)
             P = fn.P[fn.r0:fn.r1]
             part = _unit_sampled(unit, lambda i, X=X, r0=fn.r0: X[r0 + i], b, P)
             out[fn.r0:fn.r1] += part
-            ran["sddmm"] = ran.get("sddmm", 0) + 1
+            ran["sddmm"] += 1
         elif isinstance(fn, (S._MaskedSpgemmPanel, S._MaskedDotPanel)):
             A = _csr(a)
             P = fn.P[fn.r0:fn.r1]
             part = _unit_sampled(unit, lambda i, A=A, r0=fn.r0: A[[r0 + i]].toarray()[0],
                                  b, P)
             out[fn.r0:fn.r1] += part
-            ran["masked_spgemm"] = ran.get("masked_spgemm", 0) + 1
+            ran["masked_spgemm"] += 1
         elif isinstance(fn, (S._DenseMatmul, S._Spgemm, S._FullPattern)):
             out = _matmul(unit, _csr(a) if sp.issparse(a) else a, _dense_of(b))
-            ran[t.kernel] = ran.get(t.kernel, 0) + 1
+            ran[t.kernel or "gemm"] += 1
         else:
             return None
-    return out, ran
+    return out, dict(ran)
 
 
 def _abs(x: Any) -> Any:
@@ -357,7 +354,7 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
         if not plan.matches(inputs):
             raise SpecError("the inputs do not have the patterns the plan was specialized "
                             "for; specialize the graph for these inputs first")
-    kernels: dict[str, int] = {}
+    kernels: Counter[str] = Counter()
     fmts: dict[int | str, str] = {**default_formats(graph, unit), **(formats or {})}
     fin = unit.model.input
     values: dict[int, Any] = {}
@@ -388,12 +385,10 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
             lowered = None if plan is None else plan_product(unit, plan, node.id, *ops)
             if lowered is not None:
                 res, ran = lowered
-                for k, c in ran.items():
-                    kernels[k] = kernels.get(k, 0) + c
+                kernels.update(ran)
             else:
                 res = _matmul(unit, ops[0], _dense_of(ops[1]))
-                kernels["gemm" if not sp.issparse(ops[0]) else "spmm_csr"] = \
-                    kernels.get("gemm" if not sp.issparse(ops[0]) else "spmm_csr", 0) + 1
+                kernels["spmm_csr" if sp.issparse(ops[0]) else "gemm"] += 1
             if any(e is None for e in errs):
                 err = None
             else:

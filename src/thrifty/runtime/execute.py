@@ -85,13 +85,14 @@ class _HostTier:
     def _path(self, ext: str) -> Path:
         """A fresh file name for one offload (unique within this tier's run)."""
         assert self.dir is not None
-        self.files_written += 1
         return self.dir / f"buf-{id(self):x}-{next(self._serial)}{ext}"
 
     def put(self, key: Hashable, value: Any) -> None:
         if self.dir is None:
             self.store[key] = value.copy() if hasattr(value, "copy") else value
-        elif isinstance(value, np.ndarray) and value.dtype != object:
+            return
+        self.files_written += 1
+        if isinstance(value, np.ndarray) and value.dtype != object:
             path = self._path(".npy")
             mm = np.lib.format.open_memmap(path, mode="w+", dtype=value.dtype,
                                            shape=value.shape)

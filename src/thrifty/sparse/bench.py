@@ -126,14 +126,8 @@ def peer_fns(kernel: str, A: sp.csr_array, inp: dict,
     n, m = A.shape
     out: dict[str, Callable[[], Any]] = {}
     fits = n * m <= DENSE_FIT
-    if kernel == "spmv":
-        x = inp["x"]
-        out["scipy"] = (lambda: A @ x)
-        if fits:
-            D = A.toarray()
-            out["dense"] = (lambda: D @ x)
-    elif kernel == "spmm":
-        X = inp["X"]
+    if kernel in ("spmv", "spmm"):
+        X = inp["x" if kernel == "spmv" else "X"]
         out["scipy"] = (lambda: A @ X)
         if fits:
             D = A.toarray()

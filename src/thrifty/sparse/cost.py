@@ -43,9 +43,6 @@ class CostModel:
         A task is split off only when it carries at least this much estimated work.
     sparse_output_density:
         A result is kept in CSR form below this density, densified above.
-    inline_seconds:
-        Kept for callers that read it; superseded by ``dask_seconds`` and
-        ``parallel_seconds``.
     parallel_seconds:
         In an in-process run, a level of independent tasks runs on ``threads`` threads when
         it carries at least this much estimated work (handing a task to a pooled thread and
@@ -66,7 +63,6 @@ class CostModel:
     threads: int = 2
     min_task_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
-    inline_seconds: float = 1.0e-3
     parallel_seconds: float = 1.5e-4
     dask_seconds: float = 5.0e-2
     panel_overhead: float = 1.0e-5

@@ -1058,8 +1058,8 @@ class SparsePlan:
         if scheduler is None or scheduler == "inline":
             vals = self._program([*checked, *self._const_values], parallel=scheduler is None)
         else:
-            feed = dict(zip(self._feed_keys, [*checked, *self._const_values]))
-            vals = execute_taskgraph(self.taskgraph, feed, self.output_buffers(), scheduler,
+            vals = execute_taskgraph(self.taskgraph, self._feed(checked), self.output_buffers(),
+                                     scheduler,
                                      self.cost.threads)
         outs = []
         for val, dt in zip(vals, self._out_dtypes):
@@ -1084,9 +1084,10 @@ class SparsePlan:
         """The values of :attr:`taskgraph`'s input buffers for these inputs (checked against
         the plan's patterns), constants included: what a memory plan of the task graph
         runs on (:func:`thrifty.runtime.execute`)."""
-        feed = {f"in:{n}": s.check(inputs[n]) for n, s in self.inputs.items()}
-        feed.update(self._consts)
-        return feed
+        return self._feed(self.check_inputs(inputs))
+
+    def _feed(self, checked: Sequence[Any]) -> dict[str, Any]:
+        return dict(zip(self._feed_keys, [*checked, *self._const_values]))
 
     def output_buffers(self) -> list[str]:
         """The buffers of :attr:`taskgraph` that hold the outputs, in order."""
