@@ -9,15 +9,16 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Hashable, Iterator
+from collections.abc import Hashable, Iterator, Sequence
 
 import pytest
 
 from thrifty.errors import ThriftyError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.memory import schedule, simulate
-from thrifty.memory.order import Compact, combine_orders, components, reduce_graph
+from thrifty.memory.order import Compact, reduce_graph
 from thrifty.memory.order.generate import nn_like, random_layered
+from thrifty.memory.order.segments import Seq, liu_merge, reversed_seq, split_at_least
 from thrifty.testing import require_shared_data
 
 # -- an exhaustive search written for these tests ------------------------------------------
@@ -382,3 +383,70 @@ def test_shared_graphs_reduce_and_schedule_no_worse(name: str) -> None:
     # an order of the reduced graph (its file order is not available: a greedy one)
     o = schedule(red.graph, method="greedy").order
     assert simulate(g, red.expand(o)).peak == simulate(red.graph, o).peak
+
+
+# -- independent parts: the experiment behind "components are not a proof" (reduce.py) ------
+# (not used by ``schedule``, so kept here with the tests that examine it)
+
+def components(c: Compact) -> list[list[int]]:
+    """The independent parts of ``c``: task numbers (ascending, so topological) of each
+    connected component, two tasks being connected when one reads a buffer the other writes
+    or both read the same buffer. Largest first."""
+    parent = list(range(c.n))
+
+    def find(x: int) -> int:
+        while parent[x] != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    for b in range(len(c.size)):
+        touch = list(c.readers[b])
+        if c.producer[b] >= 0:
+            touch.append(c.producer[b])
+        for x in touch[1:]:
+            ra, rb = find(touch[0]), find(x)
+            if ra != rb:
+                parent[ra] = rb
+    groups: dict[int, list[int]] = {}
+    for t in range(c.n):
+        groups.setdefault(find(t), []).append(t)
+    return sorted(groups.values(), key=lambda p: (-len(p), p[0]))
+
+
+def combine_orders(c: Compact, orders: Sequence[Sequence[int]]) -> list[int]:
+    """One order of ``c`` from fixed orders of its independent parts (:func:`components`).
+
+    The parallel composition of Kayaaslan, Lambert, Marchal and Uçar: each part's order is
+    cut where it holds least; the heads are merged backwards in time and the tails forwards,
+    by Liu's rule; the merged heads run first. Optimal for these fixed orders of parts that
+    never drop below their start or their end, a good order in general (not a proof).
+    """
+    heads, tails = [], []
+    for order in orders:
+        q = _seq(c, order)
+        head, tail = split_at_least(q)
+        heads.append(reversed_seq(head))
+        tails.append(tail)
+    first = liu_merge(heads).tasks[::-1]
+    return first + liu_merge(tails).tasks
+
+
+def _seq(c: Compact, order: Sequence[int]) -> Seq:
+    """The profile of a part's order counting only the part's own buffers."""
+    part = set(order)
+    bufs = {b for t in order for b in (*c.reads[t], *c.writes[t])}
+    rem = {b: len(c.readers[b]) for b in bufs}
+    mem = sum(c.size[b] for b in bufs if c.producer[b] < 0 and (c.readers[b] or c.result[b]))
+    q = Seq([], [], [], mem)
+    for t in order:
+        if not part.issuperset(p for p in c.preds[t]):
+            raise ThriftyError("combine_orders: a part depends on a task outside it")
+        during = mem + c.out[t] + c.ws[t]
+        mem += c.kept[t]
+        for b in c.reads[t]:
+            rem[b] -= 1
+            if rem[b] == 0 and not c.result[b]:
+                mem -= c.size[b]
+        q.push(t, during, mem)
+    return q

@@ -26,10 +26,10 @@ from thrifty.memory.order.compact import Compact
 from thrifty.memory.order.exact import ExactResult, exact_order
 from thrifty.memory.order.heuristics import BASELINES, HEURISTICS
 from thrifty.memory.order.local import improve_order
-from thrifty.memory.order.reduce import Reduction, combine_orders, components, reduce_graph
+from thrifty.memory.order.reduce import Reduction, reduce_graph
 from thrifty.memory.order.sp import sp_decompose, sp_order
 from thrifty.memory.order.tree import is_in_forest, liu_in_tree
 
-__all__ = ["BASELINES", "HEURISTICS", "Compact", "ExactResult", "Reduction", "combine_orders",
-           "components", "exact_order", "improve_order", "is_in_forest", "liu_in_tree",
-           "reduce_graph", "sp_decompose", "sp_order"]
+__all__ = ["BASELINES", "HEURISTICS", "Compact", "ExactResult", "Reduction", "exact_order",
+           "improve_order", "is_in_forest", "liu_in_tree", "reduce_graph", "sp_decompose",
+           "sp_order"]

@@ -68,8 +68,8 @@ Rules examined and *not* used (the tests search small graphs for counter-example
   order running ``u, t`` back to back peaks at 13 or more. Neither F nor B merges it
   (``t`` keeps more than it frees; ``u`` frees more than it keeps).
 * Connected components ("independent branches") solved one by one and merged.
-  :func:`components` splits a graph into its independent parts and
-  :func:`combine_orders` merges fixed orders of them (Kayaaslan et al.'s parallel
+  ``tests/memory/test_reduce.py`` splits a graph into its independent parts and
+  merges fixed orders of them (Kayaaslan et al.'s parallel
   composition: each order cut where it holds least, the heads merged backwards and the
   tails forwards by Liu's rule). That merge is exact only for orders that never drop below
   their start (Liu's condition), and which of a part's least-peak orders is merged changes
@@ -108,9 +108,8 @@ from dataclasses import dataclass, field
 from thrifty.errors import ThriftyError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.memory.order.compact import Compact
-from thrifty.memory.order.segments import Seq, liu_merge, reversed_seq, split_at_least
 
-__all__ = ["Reduction", "combine_orders", "components", "reduce_graph"]
+__all__ = ["Reduction", "reduce_graph"]
 
 SEARCH_BUDGET = 200
 """Tasks one ancestor query may visit before it answers "no" (the cautious answer: a rule
@@ -391,69 +390,3 @@ def reduce_graph(g: TaskGraph, max_passes: int = 20) -> Reduction:
         return Reduction(g, g, {t: (t,) for t in g.tasks}, merges)
     graph, members = mut.graph(g)
     return Reduction(g, graph, members, merges)
-
-
-# -- independent branches -------------------------------------------------------------------
-
-def components(c: Compact) -> list[list[int]]:
-    """The independent parts of ``c``: task numbers (ascending, so topological) of each
-    connected component, two tasks being connected when one reads a buffer the other writes
-    or both read the same buffer. Largest first."""
-    parent = list(range(c.n))
-
-    def find(x: int) -> int:
-        while parent[x] != x:
-            parent[x] = parent[parent[x]]
-            x = parent[x]
-        return x
-
-    for b in range(len(c.size)):
-        touch = list(c.readers[b])
-        if c.producer[b] >= 0:
-            touch.append(c.producer[b])
-        for x in touch[1:]:
-            ra, rb = find(touch[0]), find(x)
-            if ra != rb:
-                parent[ra] = rb
-    groups: dict[int, list[int]] = {}
-    for t in range(c.n):
-        groups.setdefault(find(t), []).append(t)
-    return sorted(groups.values(), key=lambda p: (-len(p), p[0]))
-
-
-def combine_orders(c: Compact, orders: Sequence[Sequence[int]]) -> list[int]:
-    """One order of ``c`` from fixed orders of its independent parts (:func:`components`).
-
-    The parallel composition of Kayaaslan, Lambert, Marchal and Uçar: each part's order is
-    cut where it holds least; the heads are merged backwards in time and the tails forwards,
-    by Liu's rule; the merged heads run first. Optimal for these fixed orders of parts that
-    never drop below their start or their end, a good order in general (not a proof).
-    """
-    heads, tails = [], []
-    for order in orders:
-        q = _seq(c, order)
-        head, tail = split_at_least(q)
-        heads.append(reversed_seq(head))
-        tails.append(tail)
-    first = liu_merge(heads).tasks[::-1]
-    return first + liu_merge(tails).tasks
-
-
-def _seq(c: Compact, order: Sequence[int]) -> Seq:
-    """The profile of a part's order counting only the part's own buffers."""
-    part = set(order)
-    bufs = {b for t in order for b in (*c.reads[t], *c.writes[t])}
-    rem = {b: len(c.readers[b]) for b in bufs}
-    mem = sum(c.size[b] for b in bufs if c.producer[b] < 0 and (c.readers[b] or c.result[b]))
-    q = Seq([], [], [], mem)
-    for t in order:
-        if not part.issuperset(p for p in c.preds[t]):
-            raise ThriftyError("combine_orders: a part depends on a task outside it")
-        during = mem + c.out[t] + c.ws[t]
-        mem += c.kept[t]
-        for b in c.reads[t]:
-            rem[b] -= 1
-            if rem[b] == 0 and not c.result[b]:
-                mem -= c.size[b]
-        q.push(t, during, mem)
-    return q
