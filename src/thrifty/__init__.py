@@ -23,7 +23,6 @@ from thrifty.errors import (
 )
 from thrifty.front.matrices import load_matrix, poisson2d, poisson3d, rmat
 from thrifty.front.trace import (
-    Program,
     Tensor,
     abs,
     einsum,
@@ -31,7 +30,6 @@ from thrifty.front.trace import (
     log,
     matmul,
     max,
-    program,
     relu,
     sigmoid,
     softmax,
@@ -44,6 +42,7 @@ from thrifty.front.trace import (
 from thrifty.graph.ir import Graph, Node, TensorType
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.graph.taskgraph_io import load_taskgraph, save_taskgraph
+from thrifty.programs import Program, program
 
 try:
     __version__ = version("thrifty")

@@ -54,3 +54,11 @@ def test_cluster_threads_and_sync_agree(client):
         on_cluster = plan.run(inputs, scheduler=client)
         _same(on_cluster, plan.run(inputs, scheduler="sync"))
         _same(on_cluster, plan.run(inputs, scheduler="threads"))
+
+
+def test_an_address_string_runs_on_that_cluster(client):
+    prog, inputs = _cases()[0]
+    plan = prog.specialize(**inputs)
+    address = client.scheduler.address
+    assert address.startswith("tcp://")
+    _same(plan.run(inputs, scheduler=address), plan.run(inputs, scheduler="sync"))

@@ -8,8 +8,8 @@ import scipy.sparse as sp
 
 import thrifty as th
 from thrifty.front.matrices import poisson2d
+from thrifty.runtime.sparse_run import specialize
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.specialize import specialize
 from thrifty.testing import assert_eq
 
 spmv = th.program(lambda A, x: A @ x)
@@ -110,7 +110,7 @@ def test_in_place_changes_of_the_inspected_arrays_never_give_a_wrong_result():
     assert_eq(got, (X @ Y.T) * original.toarray(), rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("scheduler", [None, "inline", "sync", "threads"])
+@pytest.mark.parametrize("scheduler", [None, "sync", "threads"])
 def test_in_process_levels_agree_with_dask(scheduler):
     A = poisson2d(60)
     X = np.random.default_rng(6).standard_normal((A.shape[0], 16))

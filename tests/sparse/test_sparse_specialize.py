@@ -9,8 +9,8 @@ import scipy.sparse as sp
 import thrifty as th
 from thrifty.front.matrices import poisson2d, rmat
 from thrifty.runtime.reference import evaluate
+from thrifty.runtime.sparse_run import specialize
 from thrifty.sparse.propagate import propagate
-from thrifty.sparse.specialize import specialize
 from thrifty.testing import assert_eq
 
 rng0 = np.random.default_rng(0)
@@ -48,7 +48,7 @@ def _cases():
 CASES = _cases()
 
 
-@pytest.mark.parametrize("scheduler", ["sync", "threads", "inline", None])
+@pytest.mark.parametrize("scheduler", ["sync", "threads", None])
 @pytest.mark.parametrize("case", list(CASES))
 def test_plan_equals_dense_reference_under_every_scheduler(case, scheduler):
     prog, inputs = CASES[case]

@@ -26,8 +26,9 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
 @click.option("--k", "k", type=click.IntRange(1), default=64, show_default=True,
               help="Dense columns (SpMM, SDDMM, GCN, attention).")
 @click.option("--repeat", type=click.IntRange(1), default=5, show_default=True)
-@click.option("--scheduler", type=click.Choice(["auto", "threads", "sync", "inline"]),
-              default="auto", show_default=True)
+@click.option("--scheduler", default="auto", show_default=True, metavar="SCHEDULER",
+              help="auto (choose), sync, threads, or a Dask scheduler address "
+                   "tcp://HOST:PORT.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int,
@@ -50,7 +51,12 @@ def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int
         plan = prog.specialize(**inputs)
     except ThriftyError as e:
         raise click.ClickException(str(e)) from None
-    sched = None if scheduler == "auto" else scheduler
+    from thrifty.runtime.schedulers import resolve_scheduler
+
+    try:
+        sched = None if scheduler == "auto" else resolve_scheduler(scheduler)
+    except ThriftyError as e:
+        raise click.BadParameter(str(e), param_hint="--scheduler") from None
     peers = interleaved_times({"thrifty": lambda: plan.run(inputs, scheduler=sched),
                                **peer_fns(kernel, A, inputs, ("scipy",))}, repeat)
     seconds = peers.pop("thrifty")

@@ -1,14 +1,13 @@
 """Tracing a dense spec into a :class:`~thrifty.graph.ir.Graph`.
 
-``@thrifty.program`` wraps an ordinary function written with a numpy-like API. Tracing
-calls it once with symbolic :class:`Tensor` arguments; every operation on them records a
-node. Calling the program with arrays runs it (the reference executor, or the sparse
-engine where it applies).
+A spec is an ordinary function written with a numpy-like API. Tracing
+(:func:`trace_function`) calls it once with symbolic :class:`Tensor` arguments; every
+operation on them records a node. The program layer (:mod:`thrifty.programs`,
+``@thrifty.program``) traces, caches and runs specs; this module knows only the graph.
 """
 
 from __future__ import annotations
 
-import inspect
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -17,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from thrifty.errors import SpecError, ThriftyError
+from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph, Node, TensorType
 from thrifty.graph.ops import get_op, infer_type
 
@@ -267,158 +266,26 @@ class Traced:
     structure: type | None  # tuple or list when the function returned several tensors
 
 
-class Program:
-    """A dense spec: call it with arrays to run it, or ``trace`` it to get its Graph.
-
-    Example
-    -------
-    >>> import numpy as np, thrifty as th
-    >>> @th.program
-    ... def layer(A, X, W):
-    ...     return th.relu(A @ (X @ W))
-    >>> A, X, W = np.eye(3), np.ones((3, 2)), np.ones((2, 2))
-    >>> layer(A=A, X=X, W=W).tolist()
-    [[2.0, 2.0], [2.0, 2.0], [2.0, 2.0]]
-    """
-
-    def __init__(self, fn: Callable[..., Any]) -> None:
-        self.fn = fn
-        self.signature = inspect.signature(fn)
-        for p in self.signature.parameters.values():
-            if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
-                raise SpecError(f"program {fn.__name__!r}: *args/**kwargs are not supported; "
-                                "name every input")
-        self._traces: dict[tuple[TensorType, ...], Traced] = {}
-        self._plans: dict[Any, Any] = {}  # specialized plans by (types, pattern fingerprints)
-        self._last_plan: Any = None
-        self._param_names = tuple(self.signature.parameters)
-        self._param_set = frozenset(self._param_names)
-        self.__name__ = getattr(fn, "__name__", "program")
-        self.__doc__ = fn.__doc__
-
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """Map positional and keyword arguments to the function's parameter names."""
-        if not args and kwargs.keys() == self._param_set:
-            return {p: kwargs[p] for p in self._param_names}  # every parameter by name
-        try:
-            b = self.signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise SpecError(f"program {self.__name__!r}: {e}; its inputs are "
-                            f"{list(self.signature.parameters)}") from None
-        b.apply_defaults()
-        return dict(b.arguments)
-
-    def traced(self, *args: Any, **kwargs: Any) -> Traced:
-        """Trace (cached per input types) and return the Graph with the output structure."""
-        inputs = self.bind(args, kwargs)
-        types = tuple(type_of_value(k, v) for k, v in inputs.items())
-        hit = self._traces.get(types)
-        if hit is not None:
-            return hit
-        tracer = _Tracer()
-        sym = {k: tracer.add("input", [], {"name": k}, name=k, type=t)
-               for k, t in zip(inputs, types)}
-        out = self.fn(**sym)
-        structure: type | None = None
-        outs: list[Any]
-        if isinstance(out, tuple | list):
-            structure, outs = type(out), list(out)
-        else:
-            outs = [out]
-        if not outs:
-            raise SpecError(f"program {self.__name__!r} returned nothing; return a tensor "
-                            "or a tuple of tensors")
-        ids = []
-        for o in outs:
-            if not isinstance(o, Tensor):
-                o = _lift(o, tracer)
-            ids.append(o.node)
-        result = Traced(Graph(tracer.nodes, tuple(ids)), structure)
-        self._traces[types] = result
-        return result
-
-    def trace(self, *args: Any, **kwargs: Any) -> Graph:
-        """The Graph of this program for inputs of these types (arrays or shapes/dtypes)."""
-        return self.traced(*args, **kwargs).graph
-
-    def specialize(self, *args: Any, **kwargs: Any) -> Any:
-        """Inspect the inputs' sparsity and return an executable plan (sparse engine).
-
-        ``plan(**inputs)`` runs it on new values with the same patterns; ``plan.run(inputs,
-        scheduler=...)`` picks the scheduler; ``plan.report()`` says what was chosen.
-        """
-        from thrifty.sparse.specialize import specialize
-
-        inputs = self.bind(args, kwargs)
-        tr = self.traced(**inputs)
-        return specialize(tr.graph, inputs, structure=tr.structure)
-
-    def plan_for(self, *args: Any, **kwargs: Any) -> Any:
-        """The cached plan for these inputs' types and patterns, specializing on a miss.
-
-        Plans are cached per pattern fingerprint; the most recently used plan is checked
-        first by array identity or equality of the index arrays (no hashing).
-        """
-        inputs = self.bind(args, kwargs)
-        last = self._last_plan
-        if last is not None and last.matches(inputs):
-            return last
-        return self._cached_plan(inputs)
-
-    def _cached_plan(self, inputs: dict[str, Any]) -> Any:
-        """The plan for these inputs' types and patterns from the cache, specializing on a
-        miss (the last plan already found not to fit)."""
-        from thrifty.sparse.pattern import canonical_csr, structure_fingerprint
-
-        types = tuple(type_of_value(k, v) for k, v in inputs.items())
-        key = (types, tuple(structure_fingerprint(canonical_csr(v, k))
-                            if _is_sparse(v) and np.ndim(v) == 2 else "dense"
-                            for k, v in inputs.items()))
-        plan = self._plans.get(key)
-        if plan is None:
-            plan = self.specialize(**inputs)
-            self._plans[key] = plan
-        self._last_plan = plan
-        return plan
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """Run the program on arrays; returns numpy arrays shaped like the function's result.
-
-        With a scipy.sparse input the sparse engine runs it: specialized once per pattern
-        (see :meth:`plan_for`), CSR results where the output pattern is sparse. With only
-        dense inputs the reference executor runs it.
-        """
-        from thrifty.runtime.reference import evaluate
-
-        inputs = self.bind(args, kwargs)
-        last = self._last_plan
-        if last is not None:  # the common case: the same patterns as the last call
-            try:
-                checked = last.check_inputs(inputs)
-            except ThriftyError:
-                checked = None
-            if checked is not None:
-                return last.run_checked(checked)
-        if any(_is_sparse(v) for v in inputs.values()):
-            return self._cached_plan(inputs).run(inputs)
-        tr = self.traced(**inputs)
-        outs = evaluate(tr.graph, inputs)
-        return pack(outs, tr.structure)
-
-
-def _is_sparse(v: Any) -> bool:
-    import scipy.sparse as sp
-
-    return bool(sp.issparse(v))
-
-
-def pack(outs: Sequence[Any], structure: type | None) -> Any:
-    """The program's results in the shape the function returned them."""
-    if structure is None:
-        return outs[0]
-    return structure(outs)
-
-
-def program(fn: Callable[..., Any]) -> Program:
-    """Decorator: make a dense spec out of an ordinary function of arrays."""
-    return Program(fn)
+def trace_function(fn: Callable[..., Any], types: Mapping[str, TensorType],
+                   name: str | None = None) -> Traced:
+    """Call ``fn`` once on symbolic tensors of ``types`` (by parameter name) and return the
+    Graph it records, with the structure of its return value."""
+    label = name or getattr(fn, "__name__", "program")
+    tracer = _Tracer()
+    sym = {k: tracer.add("input", [], {"name": k}, name=k, type=t) for k, t in types.items()}
+    out = fn(**sym)
+    structure: type | None = None
+    outs: list[Any]
+    if isinstance(out, tuple | list):
+        structure, outs = type(out), list(out)
+    else:
+        outs = [out]
+    if not outs:
+        raise SpecError(f"program {label!r} returned nothing; return a tensor or a tuple of "
+                        "tensors")
+    ids = []
+    for o in outs:
+        if not isinstance(o, Tensor):
+            o = _lift(o, tracer)
+        ids.append(o.node)
+    return Traced(Graph(tracer.nodes, tuple(ids)), structure)

@@ -33,6 +33,11 @@ import numpy as np
 from thrifty.errors import PlanError, ThriftyError
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.model import Plan, Step
+from thrifty.runtime.schedulers import resolve_scheduler
+
+#: With no scheduler named, plans whose task graph carries at least this many seconds of
+#: work run their independent computes on Dask's threads (Dask spends 100-200 µs a task).
+AUTO_THREADS_SECONDS = 5.0e-2
 
 
 def nbytes(value: Any) -> int:
@@ -170,8 +175,11 @@ def execute(g: TaskGraph, plan: Plan, inputs: Mapping[Hashable, Any], *,
     inputs:
         A value for every input buffer (buffers with no producer), keyed by buffer id.
     scheduler:
-        ``"sync"`` (in order, this thread), ``"threads"`` (Dask's threaded scheduler for runs
-        of independent computes) or a ``dask.distributed.Client``.
+        Any of :mod:`thrifty.runtime.schedulers`: ``"sync"`` (in order, this thread),
+        ``"threads"`` (Dask's threaded scheduler for runs of independent computes), a
+        ``dask.distributed.Client`` or an address ``"tcp://HOST:PORT"``, or ``None``
+        (threads when the task graph's total time is at least
+        :data:`AUTO_THREADS_SECONDS`, else in order).
     offload_dir:
         Offload to ``.npy``/pickle files in this directory instead of host-memory copies.
 
@@ -197,7 +205,7 @@ def execute(g: TaskGraph, plan: Plan, inputs: Mapping[Hashable, Any], *,
                         "built with callables (e.g. by the sparse engine) can be executed")
     sim = simulate(g, plan, offload_bandwidth=offload_bandwidth
                    if offload_bandwidth is not None else float("inf"))
-    backend = _backend(scheduler)
+    backend = _backend(scheduler, g)
     host = _HostTier(offload_dir)
     resident: dict[Hashable, Any] = {b: backend.put(inputs[b]) for b in g.inputs}
     sizes: dict[Hashable, int] = {b: nbytes(inputs[b]) for b in g.inputs}
@@ -313,12 +321,10 @@ def _pick(values: tuple[Any, ...], i: int) -> Any:
     return values[i]
 
 
-def _backend(scheduler: Any) -> _Local | _Distributed:
-    if scheduler in ("sync", "synchronous", None):
-        return _Local(threaded=False)
-    if scheduler == "threads":
-        return _Local(threaded=True)
-    if hasattr(scheduler, "submit") and hasattr(scheduler, "scatter"):
-        return _Distributed(scheduler)
-    raise ThriftyError(f"unknown scheduler {scheduler!r}; valid: 'sync', 'threads' or a "
-                       "dask.distributed.Client")
+def _backend(scheduler: Any, g: TaskGraph) -> _Local | _Distributed:
+    sched = resolve_scheduler(scheduler)
+    if sched == "auto":  # Dask's threads where the plan carries enough work to pay for them
+        return _Local(threaded=g.total_time() >= AUTO_THREADS_SECONDS)
+    if sched in ("sync", "threads"):
+        return _Local(threaded=sched == "threads")
+    return _Distributed(sched)

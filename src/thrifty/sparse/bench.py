@@ -328,7 +328,8 @@ def run_benchmark(quick: bool = True, kernels: Sequence[str] | None = None,
             if progress:
                 progress(f"{name} {kernel}")
             prog = progs[kernel]
-            from thrifty.sparse.specialize import SparsePlan, specialize
+            from thrifty.runtime.sparse_run import RunnablePlan as SparsePlan
+            from thrifty.runtime.sparse_run import specialize
 
             tr = prog.traced(**inp)
             # the first specialization also loads/compiles the numba kernels: not timed

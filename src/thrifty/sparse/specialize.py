@@ -53,11 +53,10 @@ True
 
 from __future__ import annotations
 
-import threading
 import time
 import weakref
 from collections import Counter
-from collections.abc import Callable, Hashable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -73,7 +72,7 @@ from thrifty.sparse.cost import CostModel
 from thrifty.sparse.pattern import Pattern, canonical_csr, structure_fingerprint
 from thrifty.sparse.propagate import Propagation, einsum_as_matmul, propagate
 
-__all__ = ["specialize", "SparsePlan", "InputSpec", "execute_taskgraph"]
+__all__ = ["specialize", "SparsePlan", "InputSpec"]
 
 #: Above this many visited pairs, a masked product's flops are not counted exactly.
 EXACT_COUNT_LIMIT = 10**6
@@ -955,10 +954,12 @@ def _fusable_posts(graph: Graph) -> dict[int, int]:
 
 # -- the plan --------------------------------------------------------------------------------
 class SparsePlan:
-    """A spec specialized to its inputs' patterns: run it on new values of those patterns.
+    """A spec specialized to its inputs' patterns: the TaskGraph of kernel calls and what
+    running it needs (input specs, constants, output buffers and forms).
 
-    Call it like the program (``plan(A=A2, X=X2)``) or with :meth:`run` to choose the
-    scheduler. :meth:`report` summarises what was chosen.
+    A SparsePlan is data: the runtime runs it (:class:`thrifty.runtime.sparse_run.
+    RunnablePlan`, which is what ``program.specialize`` returns: call it like the program,
+    or ``plan.run(inputs, scheduler=...)``). :meth:`report` summarises what was chosen.
     """
 
     def __init__(self, graph: Graph, structure: type | None, prop: Propagation,
@@ -981,16 +982,18 @@ class SparsePlan:
         self.fingerprint = tuple((n, s.fingerprint, s.dtype) for n, s in self.inputs.items())
         self.parallel = any(len(taskgraph.successors(t)) > 1 for t in taskgraph.order) or \
             sum(1 for t in taskgraph.order if not taskgraph.predecessors(t)) > 1
-        # the per-call path, prepared once: input names and buffers, the compiled program,
-        # each output's dtype
+        # the per-call path, prepared once: input names and buffers, each output's dtype
         self._names = tuple(self.inputs)
         self._specs = tuple(self.inputs.values())
-        self._feed_keys = tuple(f"in:{n}" for n in self._names) + tuple(self._consts)
-        self._const_values = tuple(self._consts.values())
-        self._program = _Program(taskgraph, self._feed_keys, self.output_buffers(),
-                                 cost.threads, cost.parallel_seconds)
+        self.feed_keys = tuple(self.input_buffer(n) for n in self._names) + tuple(self._consts)
+        self.const_values = tuple(self._consts.values())
         self._out_dtypes = tuple(np.dtype(graph[o].type.dtype) for o in graph.outputs)
-        self._use_dask = self.parallel and taskgraph.total_time() >= cost.dask_seconds
+
+    def input_buffer(self, name: str) -> str:
+        """The buffer of :attr:`taskgraph` that holds input ``name``."""
+        if name not in self.inputs:
+            raise SpecError(f"no input {name!r}; the plan's inputs are {list(self.inputs)}")
+        return input_buffer_id(name)
 
     def matches(self, values: Mapping[str, Any]) -> bool:
         """Whether ``values`` fit this plan (types, forms and sparsity patterns)."""
@@ -999,37 +1002,6 @@ class SparsePlan:
         except (PatternError, ShapeError, SpecError):
             return False
         return True
-
-    def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        if args:
-            names = list(self.inputs)
-            kwargs = {**dict(zip(names, args)), **kwargs}
-        return self.run(kwargs)
-
-    def run(self, inputs: Mapping[str, Any], scheduler: Any = None) -> Any:
-        """Execute on ``inputs``.
-
-        Parameters
-        ----------
-        inputs:
-            Values by input name, with the patterns the plan was specialized for.
-        scheduler:
-            ``"sync"`` (dask's synchronous scheduler, the reference), ``"threads"`` (dask's
-            threaded scheduler with ``cost.threads`` workers), a
-            ``dask.distributed.Client``, ``"inline"`` (the tasks in order in this thread), or
-            ``None``: Dask's threaded scheduler when the plan has tasks that can run at once
-            and its estimated time is at least ``cost.dask_seconds`` (where Dask's
-            100-200 µs per task is amortised), else the tasks in this process with the
-            independent row panels of a level on ``cost.threads`` threads when they carry at
-            least ``cost.parallel_seconds`` of work (a small plan's call then costs a few
-            microseconds more than its kernels).
-
-        Returns
-        -------
-        The outputs as numpy arrays, or scipy CSR arrays where the propagated output pattern
-        is sparse, in the structure the spec returned them.
-        """
-        return self.run_checked(self.check_inputs(inputs), scheduler)
 
     def check_inputs(self, inputs: Mapping[str, Any]) -> list[Any]:
         """The inputs in the plan's run-time forms, in the plan's order; raises
@@ -1051,16 +1023,9 @@ class SparsePlan:
                             f"{list(self.inputs)}")
         return [s.check(v) for s, v in zip(self._specs, values)]
 
-    def run_checked(self, checked: Sequence[Any], scheduler: Any = None) -> Any:
-        """:meth:`run` on inputs already returned by :meth:`check_inputs`."""
-        if scheduler is None and self._use_dask:
-            scheduler = "threads"
-        if scheduler is None or scheduler == "inline":
-            vals = self._program([*checked, *self._const_values], parallel=scheduler is None)
-        else:
-            vals = execute_taskgraph(self.taskgraph, self._feed(checked), self.output_buffers(),
-                                     scheduler,
-                                     self.cost.threads)
+    def pack_outputs(self, vals: Sequence[Any]) -> Any:
+        """The values of :meth:`output_buffers` as the program returns them: each in its
+        node's dtype (CSR arrays as ``csr_array``), in the structure the spec returned."""
         outs = []
         for val, dt in zip(vals, self._out_dtypes):
             if type(val) is np.ndarray:
@@ -1084,10 +1049,11 @@ class SparsePlan:
         """The values of :attr:`taskgraph`'s input buffers for these inputs (checked against
         the plan's patterns), constants included: what a memory plan of the task graph
         runs on (:func:`thrifty.runtime.execute`)."""
-        return self._feed(self.check_inputs(inputs))
+        return self.feed_checked(self.check_inputs(inputs))
 
-    def _feed(self, checked: Sequence[Any]) -> dict[str, Any]:
-        return dict(zip(self._feed_keys, [*checked, *self._const_values]))
+    def feed_checked(self, checked: Sequence[Any]) -> dict[str, Any]:
+        """:meth:`feed` for inputs already returned by :meth:`check_inputs`."""
+        return dict(zip(self.feed_keys, [*checked, *self.const_values]))
 
     def output_buffers(self) -> list[str]:
         """The buffers of :attr:`taskgraph` that hold the outputs, in order."""
@@ -1111,159 +1077,14 @@ class SparsePlan:
         }
 
     def __repr__(self) -> str:
-        return (f"SparsePlan(inputs={list(self.inputs)}, tasks={len(self.taskgraph)}, "
-                f"kernels={self.kernels})")
+        return (f"{type(self).__name__}(inputs={list(self.inputs)}, "
+                f"tasks={len(self.taskgraph)}, kernels={self.kernels})")
 
 
-_POOLS: dict[int, Any] = {}
-_POOLS_LOCK = threading.Lock()
-
-
-def _pool(workers: int) -> Any:
-    """A process-wide pool of ``workers`` threads, created on first use."""
-    pool = _POOLS.get(workers)
-    if pool is None:
-        with _POOLS_LOCK:
-            pool = _POOLS.get(workers)
-            if pool is None:
-                from concurrent.futures import ThreadPoolExecutor
-
-                pool = _POOLS[workers] = ThreadPoolExecutor(workers,
-                                                            thread_name_prefix="thrifty")
-    return pool
-
-
-class _Program:
-    """A TaskGraph compiled for an in-process run: slots instead of buffer names, and levels
-    of tasks that do not depend on each other.
-
-    The per-call cost is a few microseconds plus the tasks (Dask's schedulers spend about
-    100-200 µs per task, which is the whole run of a small SpMV). A level of several tasks
-    whose estimated time is at least ``parallel_seconds`` runs on ``threads`` threads (a
-    process-wide pool plus the calling thread, all taking tasks from one queue); the kernels
-    release the GIL (numba ``nogil``, BLAS, scipy).
-    """
-
-    def __init__(self, tg: TaskGraph, inputs: Sequence[str], keys: Sequence[str],
-                 threads: int, parallel_seconds: float) -> None:
-        slot: dict[Hashable, int] = {b: i for i, b in enumerate(inputs)}
-        level: dict[Hashable, int] = {}
-        by_level: list[list[Hashable]] = []
-        for tid in tg.order:
-            lv = 1 + max((level[p] for p in tg.predecessors(tid)), default=-1)
-            level[tid] = lv
-            while len(by_level) <= lv:
-                by_level.append([])
-            by_level[lv].append(tid)
-        last_use: dict[Hashable, int] = {}
-        for lv, tids in enumerate(by_level):
-            for tid in tids:
-                for r in tg.tasks[tid].reads:
-                    last_use[r] = lv
-        keep = set(keys) | set(inputs)
-        self.levels: list[tuple[tuple[tuple[Callable[..., Any], tuple[int, ...], int], ...],
-                                bool, tuple[int, ...]]] = []
-        self.single: tuple[Callable[..., Any], tuple[int, ...]] | None
-        for lv, tids in enumerate(by_level):
-            steps = []
-            for tid in tids:
-                t = tg.tasks[tid]
-                assert t.fn is not None and len(t.writes) == 1
-                slot[t.writes[0]] = len(slot)
-                steps.append((t.fn, tuple(slot[r] for r in t.reads), slot[t.writes[0]]))
-            par = threads > 1 and len(steps) > 1 and \
-                sum(tg.tasks[t].time for t in tids) >= parallel_seconds
-            free = tuple(slot[b] for b, u in last_use.items()
-                         if u == lv and b not in keep)
-            self.levels.append((tuple(steps), par, free))
-        self.n_slots = len(slot)
-        self.keys = tuple(slot[k] for k in keys)
-        self.threads = threads
-        # one task computing the one output from the feed: called directly
-        self.single = None
-        if len(self.levels) == 1 and len(self.levels[0][0]) == 1 and \
-                self.keys == (self.levels[0][0][0][2],):
-            fn, reads, _ = self.levels[0][0][0]
-            self.single = (fn, reads)
-
-    def __call__(self, feed: Sequence[Any], parallel: bool = True) -> list[Any]:
-        if self.single is not None:
-            fn, reads = self.single
-            return [fn(*[feed[r] for r in reads])]
-        env: list[Any] = [None] * self.n_slots
-        env[:len(feed)] = feed
-        for steps, par, free in self.levels:
-            if par and parallel:
-                self._parallel(steps, env)
-            else:
-                for fn, reads, out in steps:
-                    env[out] = fn(*[env[r] for r in reads])
-            for f in free:
-                env[f] = None
-        return [env[k] for k in self.keys]
-
-    def _parallel(self, steps: Sequence[tuple[Callable[..., Any], tuple[int, ...], int]],
-                  env: list[Any]) -> None:
-        queue = iter(steps)  # a C iterator: next() is atomic under the GIL
-
-        def work() -> None:
-            for fn, reads, out in queue:
-                env[out] = fn(*[env[r] for r in reads])
-
-        if threading.current_thread().name.startswith("thrifty"):
-            work()  # a plan run from inside a pooled task: no waiting on the pool itself
-            return
-        pool = _pool(self.threads - 1)
-        futures = [pool.submit(work) for _ in range(min(self.threads, len(steps)) - 1)]
-        try:
-            work()
-        finally:
-            for f in futures:
-                f.result()
-
-
-def execute_taskgraph(tg: TaskGraph, feed: Mapping[str, Any], keys: Sequence[str],
-                      scheduler: Any = "sync", threads: int = 2) -> list[Any]:
-    """Run a TaskGraph whose tasks carry ``fn``; ``feed`` gives its input buffers.
-
-    ``scheduler`` is ``"inline"`` (a loop in task order), ``"sync"``, ``"threads"`` or a
-    ``dask.distributed.Client``.
-    """
-    if scheduler == "inline":
-        env: dict[Hashable, Any] = dict(feed.items())
-        remaining = {b: len(r) for b, r in tg.readers.items()}
-        keep = set(keys)
-        for tid in tg.order:
-            t = tg.tasks[tid]
-            env[t.writes[0]] = t.fn(*[env[r] for r in t.reads])  # type: ignore[misc]
-            for r in t.reads:
-                remaining[r] -= 1
-                if remaining[r] == 0 and r not in keep:
-                    env.pop(r, None)
-        return [env[k] for k in keys]
-    dsk: dict[Hashable, Any] = dict(feed.items())
-    for t in tg.tasks.values():
-        dsk[t.writes[0]] = (t.fn, *t.reads)
-    if scheduler == "sync":
-        import dask
-
-        return list(dask.get(dsk, list(keys)))
-    if scheduler == "threads":
-        from dask.threaded import get
-
-        return list(get(dsk, list(keys), num_workers=threads))
-    if hasattr(scheduler, "get") and hasattr(scheduler, "submit"):
-        # fresh key names per run: a cluster may still be forgetting the previous run's keys
-        import uuid
-
-        tag = uuid.uuid4().hex[:12]
-        name = {k: f"{k}@{tag}" for k in dsk}
-        fresh: dict[str, Any] = {name[k]: v for k, v in feed.items()}
-        for t in tg.tasks.values():
-            fresh[name[t.writes[0]]] = (t.fn, *(name[r] for r in t.reads))
-        return list(scheduler.get(fresh, [name[k] for k in keys], sync=True))
-    raise SpecError(f"unknown scheduler {scheduler!r}; valid: 'sync', 'threads', 'inline', "
-                    "None, or a dask.distributed.Client")
+def input_buffer_id(name: str) -> str:
+    """The id of the TaskGraph buffer that holds input ``name`` (``SparsePlan.input_buffer``
+    is the public way to get it)."""
+    return f"in:{name}"
 
 
 def _pattern_free_inputs(graph: Graph, tasks: Sequence[Task],
@@ -1276,7 +1097,7 @@ def _pattern_free_inputs(graph: Graph, tasks: Sequence[Task],
         return []
     free = []
     for name, s in specs.items():
-        readers = [t for t in tasks if f"in:{name}" in t.reads]
+        readers = [t for t in tasks if input_buffer_id(name) in t.reads]
         if s.sparse and readers and all(
                 isinstance(t.fn, (_SpmvPanel, _SpmvWhole, _DenseMatmul)) or
                 (isinstance(t.fn, _SpmmPanel) and t.fn.post is None and
@@ -1333,7 +1154,7 @@ def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None =
         if node.op == "input":
             s = specs[node.name or ""]
             nnz = len(s.indices) if s.sparse and s.indices is not None else None
-            bid = b.buffer(f"in:{s.name}", _nbytes(s.shape, s.dtype, nnz), None)
+            bid = b.buffer(input_buffer_id(s.name), _nbytes(s.shape, s.dtype, nnz), None)
             struct = prop.forward[node.id].elements if s.sparse else None
             b.values[node.id] = _Value(bid, "csr" if s.sparse else "dense", struct)
         elif node.op == "const":
