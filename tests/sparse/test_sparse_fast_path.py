@@ -133,18 +133,18 @@ def test_bad_inputs_are_rejected_before_any_task_runs():
 
 
 def test_a_failing_task_in_a_parallel_level_raises(monkeypatch):
-    from thrifty.sparse.specialize import _SpmvPanel
+    from thrifty.sparse.tasks import SpmvPanel
 
     A = poisson2d(60)
     plan = _plan(spmv, {"A": A, "x": np.ones(A.shape[0])}, SPLIT)
-    original = _SpmvPanel.__call__
+    original = SpmvPanel.__call__
 
     def flaky(self, out, A, x):
         if self.r0 > 0:
             raise RuntimeError("panel failed")
         return original(self, out, A, x)
 
-    monkeypatch.setattr(_SpmvPanel, "__call__", flaky)
+    monkeypatch.setattr(SpmvPanel, "__call__", flaky)
     with pytest.raises(RuntimeError, match="panel failed"):
         plan(A=A, x=np.ones(A.shape[0]))
 

@@ -45,6 +45,7 @@ from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph
 from thrifty.graph.ops import get_op
 from thrifty.runtime.reference import dense_input, evaluate
+from thrifty.sparse.registry import unit_form
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,63 +176,82 @@ def plan_product(unit: Any, plan: Any, node_id: int, a: Any, b: Any
     """Node ``node_id``'s matrix product as ``plan`` lowered it, every kernel on ``unit``.
 
     The tasks the sparse engine made for the node are run with the unit in place of the
-    machine's arithmetic: CSR row segments (only the nonzero chunks of each row), gathered
-    dense block panels (one unit gemm over the gathered columns), SpMV, SDDMM and masked
-    SpGEMM (dot products on the unit at the pattern's entries only: the others are not
-    needed downstream, by the backward propagation), whole gemms. ``a`` and ``b`` are the
-    operands, already values of the unit's input format. Returns the dense result and the
-    kernels run, or ``None`` when the plan has no kernel task for the node.
+    machine's arithmetic, each by its kernel's matrix-unit form
+    (:func:`thrifty.sparse.registry.unit_form`) and attrs: CSR row segments (only the
+    nonzero chunks of each row) and gathered dense block panels (one unit gemm over the
+    gathered columns), SpMV, SDDMM and masked SpGEMM (dot products on the unit at the
+    pattern's entries only: the others are not needed downstream, by the backward
+    propagation), whole gemms. ``a`` and ``b`` are the operands, already values of the
+    unit's input format. Returns the dense result and the kernels run, or ``None`` when the
+    plan has no product task for the node.
     """
-    import importlib
-
-    S = importlib.import_module("thrifty.sparse.specialize")  # the module, not the function
-
     tasks = [t for t in plan.taskgraph.tasks.values()
-             if t.attrs.get("node") == node_id and t.kernel not in ("alloc", "assemble",
-                                                                    "transpose")]
+             if t.attrs.get("node") == node_id and unit_form(t.kernel) is not None]
     if not tasks:
         return None
-    shape = plan.graph[node_id].type.shape
-    out = np.zeros(shape)
+    out = np.zeros(plan.graph[node_id].type.shape)
     ran: Counter[str] = Counter()
     for t in tasks:
-        fn = t.fn
-        if isinstance(fn, S._SpmmPanel):
-            A, X = _csr(a), np.asarray(b, dtype=np.float64)
-            for s in fn.segs:
-                if s.r1 <= s.r0:
-                    continue
-                if s.form == "panel":
-                    assert s.cols is not None
-                    out[s.r0:s.r1] = _unit_panel(unit, A, X, s.r0, s.r1, s.cols)
-                    ran["panel_gemm"] += 1
-                else:
-                    out[s.r0:s.r1] = unit_spmm(unit, A[s.r0:s.r1], X)
-                    ran["spmm_csr"] += 1
-        elif isinstance(fn, (S._SpmvPanel, S._SpmvWhole)):
-            A, x = _csr(a), np.asarray(b, dtype=np.float64)[:, None]
-            r0, r1 = (fn.r0, fn.r1) if isinstance(fn, S._SpmvPanel) else (0, A.shape[0])
-            out[r0:r1] = unit_spmm(unit, A[r0:r1], x)[:, 0]
-            ran["spmv"] += 1
-        elif isinstance(fn, S._SddmmPanel):
-            X = np.asarray(a, dtype=np.float64)
-            P = fn.P[fn.r0:fn.r1]
-            part = _unit_sampled(unit, lambda i, X=X, r0=fn.r0: X[r0 + i], b, P)
-            out[fn.r0:fn.r1] += part
-            ran["sddmm"] += 1
-        elif isinstance(fn, (S._MaskedSpgemmPanel, S._MaskedDotPanel)):
-            A = _csr(a)
-            P = fn.P[fn.r0:fn.r1]
-            part = _unit_sampled(unit, lambda i, A=A, r0=fn.r0: A[[r0 + i]].toarray()[0],
-                                 b, P)
-            out[fn.r0:fn.r1] += part
-            ran["masked_spgemm"] += 1
-        elif isinstance(fn, (S._DenseMatmul, S._Spgemm, S._FullPattern)):
-            out = _matmul(unit, _csr(a) if sp.issparse(a) else a, _dense_of(b))
-            ran[t.kernel or "gemm"] += 1
-        else:
-            return None
+        run = _UNIT_FORMS[unit_form(t.kernel)]  # type: ignore[index]
+        out = run(unit, t, a, b, out, ran)
     return out, dict(ran)
+
+
+def _unit_row_segments(unit: Any, t: Any, a: Any, b: Any, out: np.ndarray,
+                       ran: Counter[str]) -> np.ndarray:
+    A, X = _csr(a), np.asarray(b, dtype=np.float64)
+    for s in t.attrs["segments"]:
+        if s.r1 <= s.r0:
+            continue
+        if s.form == "panel":
+            assert s.cols is not None
+            out[s.r0:s.r1] = _unit_panel(unit, A, X, s.r0, s.r1, s.cols)
+            ran["panel_gemm"] += 1
+        else:
+            out[s.r0:s.r1] = unit_spmm(unit, A[s.r0:s.r1], X)
+            ran["spmm_csr"] += 1
+    return out
+
+
+def _unit_spmv(unit: Any, t: Any, a: Any, b: Any, out: np.ndarray,
+               ran: Counter[str]) -> np.ndarray:
+    A, x = _csr(a), np.asarray(b, dtype=np.float64)[:, None]
+    r0, r1 = t.attrs.get("rows", (0, A.shape[0]))
+    out[r0:r1] = unit_spmm(unit, A[r0:r1], x)[:, 0]
+    ran["spmv"] += 1
+    return out
+
+
+def _unit_sddmm(unit: Any, t: Any, a: Any, b: Any, out: np.ndarray,
+                ran: Counter[str]) -> np.ndarray:
+    X = np.asarray(a, dtype=np.float64)
+    r0, r1 = t.attrs["rows"]
+    P = t.attrs["pattern"][r0:r1]
+    out[r0:r1] += _unit_sampled(unit, lambda i: X[r0 + i], b, P)
+    ran["sddmm"] += 1
+    return out
+
+
+def _unit_masked_spgemm(unit: Any, t: Any, a: Any, b: Any, out: np.ndarray,
+                        ran: Counter[str]) -> np.ndarray:
+    A = _csr(a)
+    r0, r1 = t.attrs["rows"]
+    P = t.attrs["pattern"][r0:r1]
+    out[r0:r1] += _unit_sampled(unit, lambda i: A[[r0 + i]].toarray()[0], b, P)
+    ran["masked_spgemm"] += 1
+    return out
+
+
+def _unit_gemm(unit: Any, t: Any, a: Any, b: Any, out: np.ndarray,
+               ran: Counter[str]) -> np.ndarray:
+    ran[t.kernel or "gemm"] += 1
+    return _matmul(unit, _csr(a) if sp.issparse(a) else a, _dense_of(b))
+
+
+#: How each matrix-unit form of :mod:`thrifty.sparse.registry` runs on a unit.
+_UNIT_FORMS = {"row_segments": _unit_row_segments, "spmv": _unit_spmv, "sddmm": _unit_sddmm,
+               "masked_spgemm": _unit_masked_spgemm, "gemm": _unit_gemm,
+               "reference": _unit_gemm}
 
 
 def _abs(x: Any) -> Any:

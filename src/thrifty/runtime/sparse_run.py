@@ -28,7 +28,7 @@ from thrifty.graph.ir import Graph
 from thrifty.runtime.schedulers import resolve_scheduler
 from thrifty.runtime.taskrun import CompiledGraph, run_taskgraph
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.specialize import SparsePlan
+from thrifty.sparse.plan import SparsePlan
 from thrifty.sparse.specialize import specialize as _lower
 
 __all__ = ["RunnablePlan", "specialize"]

@@ -34,13 +34,14 @@ Example
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
 
+from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph, Node
 from thrifty.sparse.pattern import Pattern
 
@@ -49,7 +50,6 @@ __all__ = ["Propagation", "propagate", "input_pattern", "einsum_as_matmul", "zer
 #: Most alternations of forward and backward passes before stopping.
 MAX_ROUNDS = 6
 
-_INTERSECTING = {"mul"}
 #: A stand-in need for the first forward pass: "resolve products at block level only".
 _BLOCKS_ONLY = Pattern((0, 0), None, None, sp.csr_array((0, 0), dtype=bool))
 
@@ -149,62 +149,117 @@ def _operand(graph: Graph, pats: Mapping[int, Pattern], nid: int,
     return p if p.shape == shape else Pattern.dense(shape)
 
 
+# -- forward rules: what can be nonzero, by op name ------------------------------------------
+#: A forward rule: ``(graph, node, patterns so far, exact)`` to the node's pattern (2-D
+#: nodes only; ``exact`` is False where products are resolved at block level only).
+ForwardRule = Callable[[Graph, Node, Mapping[int, Pattern], bool], Pattern]
+
+
+def _fwd_dense(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bool) -> Pattern:
+    return Pattern.dense(node.type.shape)
+
+
+def _fwd_matmul(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bool) -> Pattern:
+    a, b = (pats[i] for i in node.inputs)
+    if a.ndim == 2 and b.ndim == 2:
+        return a.matmul(b, exact)
+    return Pattern.dense(node.type.shape)
+
+
+def _fwd_einsum(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bool) -> Pattern:
+    ins = node.inputs
+    form = einsum_as_matmul(node.attrs["subscripts"])
+    if form is None or len(ins) != 2:
+        return Pattern.dense(node.type.shape)
+    a, b = pats[ins[0]], pats[ins[1]]
+    a = a.transpose() if form[0] else a
+    b = b.transpose() if form[1] else b
+    out = a.matmul(b, exact)
+    return out.transpose() if form[2] else out
+
+
+def _fwd_transpose(graph: Graph, node: Node, pats: Mapping[int, Pattern],
+                   exact: bool) -> Pattern:
+    return pats[node.inputs[0]].transpose() if tuple(node.attrs["axes"]) == (1, 0) \
+        else Pattern.dense(node.type.shape)
+
+
+def _fwd_softmax(graph: Graph, node: Node, pats: Mapping[int, Pattern],
+                 exact: bool) -> Pattern:
+    if len(node.inputs) == 2 and node.attrs["axis"] in (1, -1):
+        return _operand(graph, pats, node.inputs[1], node.type.shape)
+    return Pattern.dense(node.type.shape)
+
+
+def _fwd_where(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bool) -> Pattern:
+    c, x, y = (_operand(graph, pats, i, node.type.shape) for i in node.inputs)
+    return c.intersect(x).union(y)
+
+
+def _fwd_intersect(graph: Graph, node: Node, pats: Mapping[int, Pattern],
+                   exact: bool) -> Pattern:
+    out = Pattern.dense(node.type.shape)
+    for i in node.inputs:
+        out = out.intersect(_operand(graph, pats, i, node.type.shape))
+    return out
+
+
+def _fwd_div(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bool) -> Pattern:
+    shape, ins = node.type.shape, node.inputs
+    num, den = (_operand(graph, pats, i, shape) for i in ins)
+    cden = _const_value(graph, ins[1])
+    if den.is_dense and (cden is None or np.all(cden != 0)):
+        return num  # 0 / y is 0 (implicit zeros are structural)
+    return Pattern.dense(shape)
+
+
+def _fwd_zero_preserving(graph: Graph, node: Node, pats: Mapping[int, Pattern],
+                         exact: bool) -> Pattern:
+    """Zero where every non-constant input is zero, when the op maps those zeros to 0."""
+    shape, ins = node.type.shape, node.inputs
+    zeros = tuple(i for i in ins if graph[i].op != "const")
+    if len(ins) not in (1, 2) or not zero_preserving(graph, node, zeros):
+        return Pattern.dense(shape)
+    acc: Pattern | None = None
+    for i in zeros:
+        p = _operand(graph, pats, i, shape)
+        acc = p if acc is None else acc.union(p)
+    return acc if acc is not None else Pattern.dense(shape)
+
+
+_UNARY_BINARY = ("add", "sub", "lt", "le", "gt", "ge", "eq", "ne", "neg", "abs", "exp", "log",
+                 "sqrt", "relu", "sigmoid", "tanh",
+                 # a reduction keeps a pattern only where it keeps the shape (no axes)
+                 "sum", "max")
+
+#: The forward sparsity rule of every op, by op name (a test checks every op of ``OPS``
+#: has one; ``_fwd_dense`` is the explicit "anything can be nonzero" fallback).
+FORWARD_RULES: Mapping[str, ForwardRule] = {
+    "input": _fwd_dense,  # inputs take their values' patterns before any rule runs
+    "const": _fwd_dense,  # a constant is dense; an all-zero one is seen by _operand
+    "matmul": _fwd_matmul, "einsum": _fwd_einsum, "transpose": _fwd_transpose,
+    "softmax": _fwd_softmax, "where": _fwd_where, "mul": _fwd_intersect, "div": _fwd_div,
+    **{op: _fwd_zero_preserving for op in _UNARY_BINARY},
+}
+
+
+def _rule(table: Mapping[str, Any], op: str, name: str) -> Any:
+    rule = table.get(op)
+    if rule is None:
+        raise SpecError(f"op {op!r} has no {name} sparsity rule; add one (a dense fallback "
+                        f"counts) to thrifty.sparse.propagate")
+    return rule
+
+
 def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
                   need: Pattern | None = None) -> Pattern:
     shape = node.type.shape
+    if len(shape) != 2 or node.op in ("input", "const"):
+        return Pattern.dense(shape)
     # a product needed only on a known element set is resolved at block level only: the
     # need's elements inside the product's blocks are exact enough (and far cheaper)
     exact = need is None or need.elements is None
-    op = node.op
-    if len(shape) != 2 or op in ("input", "const"):
-        return Pattern.dense(shape)
-    ins = node.inputs
-    if op == "matmul":
-        a, b = (pats[i] for i in ins)
-        if a.ndim == 2 and b.ndim == 2:
-            return a.matmul(b, exact)
-        return Pattern.dense(shape)
-    if op == "einsum":
-        form = einsum_as_matmul(node.attrs["subscripts"])
-        if form is None or len(ins) != 2:
-            return Pattern.dense(shape)
-        a, b = pats[ins[0]], pats[ins[1]]
-        a = a.transpose() if form[0] else a
-        b = b.transpose() if form[1] else b
-        out = a.matmul(b, exact)
-        return out.transpose() if form[2] else out
-    if op == "transpose":
-        return pats[ins[0]].transpose() if tuple(node.attrs["axes"]) == (1, 0) \
-            else Pattern.dense(shape)
-    if op == "softmax":
-        if len(ins) == 2 and node.attrs["axis"] in (1, -1):
-            return _operand(graph, pats, ins[1], shape)
-        return Pattern.dense(shape)
-    if op == "where":
-        c, x, y = (_operand(graph, pats, i, shape) for i in ins)
-        return c.intersect(x).union(y)
-    if op in _INTERSECTING:
-        out = Pattern.dense(shape)
-        for i in ins:
-            out = out.intersect(_operand(graph, pats, i, shape))
-        return out
-    if op == "div":
-        num, den = (_operand(graph, pats, i, shape) for i in ins)
-        cden = _const_value(graph, ins[1])
-        if den.is_dense and (cden is None or np.all(cden != 0)):
-            return num  # 0 / y is 0 (implicit zeros are structural)
-        return Pattern.dense(shape)
-    if len(ins) in (1, 2):
-        # elementwise: zero where every non-constant input is zero
-        zeros = tuple(i for i in ins if graph[i].op != "const")
-        if not zero_preserving(graph, node, zeros):
-            return Pattern.dense(shape)
-        acc: Pattern | None = None
-        for i in zeros:
-            p = _operand(graph, pats, i, shape)
-            acc = p if acc is None else acc.union(p)
-        return acc if acc is not None else Pattern.dense(shape)
-    return Pattern.dense(shape)
+    return _rule(FORWARD_RULES, node.op, "forward")(graph, node, pats, exact)
 
 
 def _meet(a: Pattern | None, b: Pattern | None) -> Pattern | None:
@@ -221,42 +276,85 @@ def _join(a: Pattern | None, b: Pattern | None) -> Pattern | None:
     return a.union(b)
 
 
+# -- backward rules: what each input must provide, by op name --------------------------------
+#: A backward rule: ``(graph, node, need of its output, forward patterns, which inputs have
+#: the output's shape)`` to the need of each input (``None``: all of it).
+BackwardRule = Callable[[Graph, Node, Pattern | None, Mapping[int, Pattern], list[bool]],
+                        list[Pattern | None]]
+
+
+def _bwd_all(graph: Graph, node: Node, need_out: Pattern | None, fwd: Mapping[int, Pattern],
+             same: list[bool]) -> list[Pattern | None]:
+    """Every input entry may contribute to every output entry: all of each input."""
+    return [None] * len(node.inputs)
+
+
+def _bwd_intersect(graph: Graph, node: Node, need_out: Pattern | None,
+                   fwd: Mapping[int, Pattern], same: list[bool]) -> list[Pattern | None]:
+    ins = node.inputs
+    res: list[Pattern | None] = []
+    for k in range(len(ins)):
+        if not same[k]:
+            res.append(None)
+            continue
+        need = need_out
+        for j, other in enumerate(ins):
+            if j != k and same[j] and not fwd[other].is_dense:
+                need = _meet(need, fwd[other])
+        res.append(need)
+    return res
+
+
+def _bwd_where(graph: Graph, node: Node, need_out: Pattern | None, fwd: Mapping[int, Pattern],
+               same: list[bool]) -> list[Pattern | None]:
+    c = node.inputs[0]
+    nx = _meet(need_out, fwd[c]) if same[0] and not fwd[c].is_dense else need_out
+    return [need_out if same[0] else None, nx if same[1] else None,
+            need_out if same[2] else None]
+
+
+def _bwd_softmax(graph: Graph, node: Node, need_out: Pattern | None,
+                 fwd: Mapping[int, Pattern], same: list[bool]) -> list[Pattern | None]:
+    ins = node.inputs
+    if len(ins) == 2 and node.attrs["axis"] in (1, -1) and same[0] and same[1] \
+            and not fwd[ins[1]].is_dense:
+        return [fwd[ins[1]], None]
+    return [None] * len(ins)
+
+
+def _bwd_transpose(graph: Graph, node: Node, need_out: Pattern | None,
+                   fwd: Mapping[int, Pattern], same: list[bool]) -> list[Pattern | None]:
+    return [None if need_out is None else need_out.transpose()]
+
+
+def _bwd_same_entries(graph: Graph, node: Node, need_out: Pattern | None,
+                      fwd: Mapping[int, Pattern], same: list[bool]) -> list[Pattern | None]:
+    """An elementwise op: output entry (i, j) reads input entry (i, j) only."""
+    if len(node.inputs) not in (1, 2):
+        return [None] * len(node.inputs)
+    return [need_out if s else None for s in same]
+
+
+#: The backward (need) rule of every op, by op name (a test checks every op of ``OPS``).
+BACKWARD_RULES: Mapping[str, BackwardRule] = {
+    "input": _bwd_all, "const": _bwd_all,  # no inputs
+    "matmul": _bwd_all, "einsum": _bwd_all,  # a contraction reads whole rows and columns
+    "sum": _bwd_all, "max": _bwd_all,  # a reduction reads whole slices
+    "mul": _bwd_intersect, "where": _bwd_where, "softmax": _bwd_softmax,
+    "transpose": _bwd_transpose,
+    **{op: _bwd_same_entries for op in ("add", "sub", "div", "lt", "le", "gt", "ge", "eq",
+                                        "ne", "neg", "abs", "exp", "log", "sqrt", "relu",
+                                        "sigmoid", "tanh")},
+}
+
+
 def _backward_node(graph: Graph, node: Node, need_out: Pattern | None,
                    fwd: Mapping[int, Pattern]) -> list[Pattern | None]:
     """What each input of ``node`` must provide so that ``node`` is right on ``need_out``."""
-    shape = node.type.shape
-    ins = node.inputs
-    same = [graph[i].type.shape == shape for i in ins]
-    op = node.op
-    if len(shape) != 2:
-        return [None] * len(ins)
-    if op in _INTERSECTING:
-        res: list[Pattern | None] = []
-        for k in range(len(ins)):
-            if not same[k]:
-                res.append(None)
-                continue
-            need = need_out
-            for j, other in enumerate(ins):
-                if j != k and same[j] and not fwd[other].is_dense:
-                    need = _meet(need, fwd[other])
-            res.append(need)
-        return res
-    if op == "where":
-        c, x, y = ins
-        nx = _meet(need_out, fwd[c]) if same[0] and not fwd[c].is_dense else need_out
-        return [need_out if same[0] else None, nx if same[1] else None,
-                need_out if same[2] else None]
-    if op == "softmax":
-        if len(ins) == 2 and node.attrs["axis"] in (1, -1) and same[0] and same[1] \
-                and not fwd[ins[1]].is_dense:
-            return [fwd[ins[1]], None]
-        return [None] * len(ins)
-    if op == "transpose":
-        return [None if need_out is None else need_out.transpose()]
-    if len(ins) in (1, 2) and op not in ("matmul", "einsum", "sum", "max"):
-        return [need_out if s else None for s in same]
-    return [None] * len(ins)
+    if len(node.type.shape) != 2:
+        return [None] * len(node.inputs)
+    same = [graph[i].type.shape == node.type.shape for i in node.inputs]
+    return _rule(BACKWARD_RULES, node.op, "backward")(graph, node, need_out, fwd, same)
 
 
 def _forward(graph: Graph, inputs: Mapping[str, Any],

@@ -1,0 +1,293 @@
+"""Lowering of matrix products (``matmul`` and matmul-shaped ``einsum``) to kernel tasks.
+
+Per product and from its operands' forms and propagated patterns: ``sddmm`` (dense @ dense
+needed on a sparse set), ``masked_spgemm`` / ``masked_spgemm_dot`` (CSR @ CSR on a mask),
+``gemm_full_pattern`` (a CSR operand holding every entry), ``spmv`` / ``spmv_scipy``,
+``spmm_csr`` / ``spmm_panel`` (per block row CSR or a gathered dense panel, whichever the
+cost model prices lower), ``spgemm``, and ``gemm`` / ``spmm_scipy`` / ``dense`` for the rest.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+
+from thrifty.graph.ir import Node
+from thrifty.graph.ops import get_op
+from thrifty.sparse import kernels as K
+from thrifty.sparse import registry
+from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
+from thrifty.sparse.pattern import Pattern
+from thrifty.sparse.tasks import NUMBA_DTYPES, Seg
+
+__all__ = ["lower_einsum", "lower_matmul"]
+
+#: Above this many visited pairs, a masked product's flops are not counted exactly.
+EXACT_COUNT_LIMIT = 10**6
+
+
+def lower_matmul(b: Builder, node: Node) -> Value:
+    """``A @ B``: the kernel its operands' forms and patterns call for."""
+    a_id, b_id = node.inputs
+    dtype = node.type.dtype
+    va, vb = b.values[a_id], b.values[b_id]
+    shape_a, shape_b = b.graph[a_id].type.shape, b.graph[b_id].type.shape
+    if dtype not in NUMBA_DTYPES or len(shape_a) != 2 or len(shape_b) not in (1, 2):
+        return _generic_matmul(b, node, va, vb)
+    P = sparse_out(b, node.id)
+    need = b.prop.need[node.id]
+    if P is not None and len(shape_b) == 2 and va.kind == "csr" and vb.kind == "csr":
+        # a product with a known sparse output pattern is a masked SpGEMM over it
+        need = need if need is not None else b.prop.forward[node.id]
+    if P is not None and need is not None and len(shape_b) == 2:
+        if va.kind == "dense" and vb.kind == "dense":
+            return _lower_sddmm(b, node, va, vb, P, shape_a[1])
+        if va.kind == "csr" and vb.kind == "csr":
+            return _lower_masked_spgemm(b, node, va, vb, P)
+    if va.kind == "csr" and vb.kind == "dense":
+        return _lower_csr_dense(b, node, va, vb, shape_b)
+    if va.kind == "csr" and vb.kind == "csr":
+        flops = 2 * _masked_hits(va.struct, vb.struct, None)  # type: ignore[arg-type]
+        b.flops(flops)
+        return Value(b.task(f"v{node.id}", "spgemm", {"dtype": dtype, "sparse_out": False},
+                            [va.buffer, vb.buffer], nbytes(node.type.shape, dtype),
+                            registry.seconds("spgemm", b.cost, flops=flops), node.id), "dense")
+    return _generic_matmul(b, node, va, vb)
+
+
+def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
+                 d: int) -> Value:
+    dtype = node.type.dtype
+    secs = registry.seconds("sddmm", b.cost, flops=2.0 * P.nnz * d)
+    ranges = split_rows(P.indptr.astype(np.float64), b.cost.n_tasks(secs))
+    b.flops(2 * P.nnz * d)
+    return panelled(b, node, "sddmm", (P.nnz,), dtype, ranges, lambda r0, r1: "sddmm",
+                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype},
+                    [va.buffer, vb.buffer], secs, P)
+
+
+def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
+                         P: sp.csr_array) -> Value:
+    """CSR @ CSR on mask ``P``: Gustavson rows, or one merged dot product per mask entry
+    where that visits markedly fewer pairs."""
+    dtype = node.type.dtype
+    Sa, Sb = va.struct, vb.struct
+    assert Sa is not None and Sb is not None
+    brow = np.diff(Sb.indptr).astype(np.float64)
+    row_work = np.zeros(P.shape[0]) if Sa.nnz == 0 else np.add.reduceat(
+        np.concatenate([brow[Sa.indices], [0.0]]),
+        np.minimum(Sa.indptr[:-1], Sa.nnz)) * (np.diff(Sa.indptr) > 0)
+    cum = np.concatenate([[0.0], np.cumsum(row_work + np.diff(P.indptr))])
+    # the dot-product form merges a row of A with a column of B per mask entry
+    bcol = np.bincount(Sb.indices, minlength=Sb.shape[1]).astype(np.float64)
+    arow = np.diff(Sa.indptr).astype(np.float64)
+    prow = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
+    dot_cum = np.concatenate([[0.0], np.cumsum(arow[prow] + bcol[P.indices])])[P.indptr]
+    dot = float(dot_cum[-1]) + 4.0 * Sb.nnz < 0.7 * float(cum[-1])
+    work = dot_cum if dot else cum
+    # multiply-adds landing on the mask: counted exactly when cheap, else bounded by the
+    # pairs the kernel visits
+    visits = int(work[-1])
+    hits = _masked_hits(Sa, Sb, P) if visits <= EXACT_COUNT_LIMIT else visits
+    b.flops(2 * hits)
+    kernel = "masked_spgemm_dot" if dot else "masked_spgemm"
+    secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
+    ranges = split_rows(work, b.cost.n_tasks(secs))
+    right = vb.buffer
+    if dot:
+        right = b.task(f"bt{node.id}", "transpose", {}, [vb.buffer],
+                       nbytes(Sb.shape, dtype, Sb.nnz), 0.0, node.id, False)
+    return panelled(b, node, "mdot" if dot else "mspgemm", (P.nnz,), dtype, ranges,
+                    lambda r0, r1: kernel,
+                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype},
+                    [va.buffer, right], secs, P)
+
+
+def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,
+                     shape_b: tuple[int, ...]) -> Value:
+    """CSR @ dense: the full-pattern gemm, SpMV or SpMM."""
+    dtype, cm = node.type.dtype, b.cost
+    A = va.struct
+    assert A is not None
+    reads = [va.buffer, vb.buffer]
+    if A.nnz and A.nnz == A.shape[0] * A.shape[1]:
+        # a full pattern: its canonical CSR values, row by row, are the dense matrix
+        flops = 2 * A.nnz * (shape_b[1] if len(shape_b) == 2 else 1)
+        b.flops(flops)
+        return Value(b.task(f"v{node.id}", "gemm_full_pattern",
+                            {"shape": A.shape, "dtype": dtype}, reads, node.type.nbytes,
+                            registry.seconds("gemm_full_pattern", cm, flops=flops), node.id),
+                     "dense")
+    if len(shape_b) == 1:
+        secs = registry.seconds("spmv", cm, nnz=A.nnz)
+        ranges = split_rows(A.indptr.astype(np.float64), cm.n_tasks(secs))
+        b.flops(2 * A.nnz)
+        if len(ranges) == 1:
+            return Value(b.task(f"v{node.id}", "spmv_scipy", {"dtype": dtype}, reads,
+                                node.type.nbytes, secs, node.id), "dense")
+        return panelled(b, node, "spmv", node.type.shape, dtype, ranges,
+                        lambda r0, r1: "spmv", lambda r0, r1: {"rows": (r0, r1), "dtype": dtype},
+                        reads, secs, None)
+    return _lower_spmm(b, node, A, reads, shape_b[1])
+
+
+def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: int) -> Value:
+    """CSR @ dense matrix: row segments in CSR or gathered panels, grouped into tasks."""
+    dtype, cm = node.type.dtype, b.cost
+    post = b.post.get(node.id)
+    if post is not None:
+        b.fused.add(node.id)
+    segs = _spmm_segments(b, A, b.prop.forward[node.inputs[0]], k, 0, A.shape[0])
+    seg_secs = []
+    executed = 0
+    for s in segs:
+        nnz = int(A.indptr[s.r1] - A.indptr[s.r0])
+        if s.form == "csr":
+            seg_secs.append(registry.seconds("spmm_csr", cm, nnz=nnz, k=k))
+            executed += 2 * nnz * k
+        else:
+            cols = len(s.cols)  # type: ignore[arg-type]
+            seg_secs.append(registry.seconds("spmm_panel", cm, rows=s.r1 - s.r0, cols=cols,
+                                             nnz=nnz, k=k))
+            executed += 2 * (s.r1 - s.r0) * cols * k
+    b.flops(2 * A.nnz * k, executed)
+    secs = float(sum(seg_secs))
+    groups = _group_segments(segs, seg_secs, cm.n_tasks(secs))
+    by_range = {(g[0].r0, g[-1].r1): g for g in groups} or {(0, 0): [Seg(0, 0, "csr")]}
+
+    def kernel_of(r0: int, r1: int) -> str:
+        forms = {s.form for s in by_range[(r0, r1)]}
+        return "spmm_panel" if forms == {"panel"} else "spmm_csr"
+
+    def attrs_of(r0: int, r1: int) -> dict[str, Any]:
+        return {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]), "dtype": dtype,
+                "post": post}
+
+    return panelled(b, node, "spmm", node.type.shape, dtype, list(by_range), kernel_of,
+                    attrs_of, reads, secs, None)
+
+
+def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
+                   r0: int, r1: int) -> list[Seg]:
+    """Per block row of ``[r0, r1)``: CSR, or a gathered dense panel where it is cheaper."""
+    cm = b.cost
+    n_cols = A.shape[1]
+    if pat.is_dense or pat.blocks is None:
+        return [Seg(r0, r1, "csr")]
+    br, bc = pat.block  # type: ignore[misc]
+    grid = pat.blocks
+    segs: list[Seg] = []
+    for I0 in range(r0 // br, -(-r1 // br)):
+        a, z = max(r0, I0 * br), min(r1, (I0 + 1) * br)
+        nnz = int(A.indptr[z] - A.indptr[a])
+        cblocks = grid.indices[grid.indptr[I0]:grid.indptr[I0 + 1]]
+        width = min(n_cols, len(cblocks) * bc)
+        if not (nnz and width and nnz / ((z - a) * width) >= cm.panel_density_threshold and
+                registry.seconds("spmm_panel", cm, rows=z - a, cols=width, nnz=nnz, k=k)
+                < registry.seconds("spmm_csr", cm, nnz=nnz, k=k)):
+            if segs and segs[-1].form == "csr" and segs[-1].r1 == a:
+                segs[-1] = Seg(segs[-1].r0, z, "csr")
+            else:
+                segs.append(Seg(a, z, "csr"))
+            continue
+        cols = (cblocks[:, None].astype(np.int64) * bc + np.arange(bc)[None, :]).ravel()
+        cols = cols[cols < n_cols]
+        p0, p1 = A.indptr[a], A.indptr[z]
+        rows = np.repeat(np.arange(z - a, dtype=np.int64), np.diff(A.indptr[a:z + 1]))
+        cidx = A.indices[p0:p1].astype(np.int64)
+        rank = np.searchsorted(cblocks, cidx // bc)
+        flat = rows * len(cols) + rank * bc + cidx % bc
+        segs.append(Seg(a, z, "panel", cols, flat))
+    return segs
+
+
+def _masked_hits(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array | None) -> int:
+    """Multiply-adds of ``A @ B`` (those landing on ``M`` when given), without forming it."""
+    if A.nnz == 0 or B.nnz == 0:
+        return 0
+    if M is None:
+        cc = np.bincount(A.indices, minlength=A.shape[1]).astype(np.int64)
+        return int(np.dot(cc, np.diff(B.indptr).astype(np.int64)))
+    a = K.csr_from_parts(np.ones(A.nnz), A.indices, A.indptr, A.shape)
+    b = K.csr_from_parts(np.ones(B.nnz), B.indices, B.indptr, B.shape)
+    out = np.empty(M.nnz)
+    K.masked_spgemm_rows(a, b, M, out, 0, M.shape[0])
+    return int(out.sum())
+
+
+def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int) -> list[list[Seg]]:
+    """Split segments into ``n_tasks`` contiguous groups of about equal time (CSR segments
+    are cut at rows in proportion to their time)."""
+    total = sum(secs)
+    if n_tasks <= 1 or total <= 0:
+        return [segs] if segs else []
+    target = total / n_tasks
+    groups: list[list[Seg]] = [[]]
+    acc = 0.0
+    for s, t in zip(segs, secs):
+        while s.form == "csr" and acc + t > target * 1.05 and len(groups) < n_tasks \
+                and s.r1 - s.r0 > 1:
+            frac = (target - acc) / t
+            cut = s.r0 + max(1, int(round((s.r1 - s.r0) * frac)))
+            if cut >= s.r1:
+                break
+            groups[-1].append(Seg(s.r0, cut, "csr"))
+            groups.append([])
+            t *= (s.r1 - cut) / (s.r1 - s.r0)
+            s = Seg(cut, s.r1, "csr")
+            acc = 0.0
+        groups[-1].append(s)
+        acc += t
+        if acc >= target and len(groups) < n_tasks:
+            groups.append([])
+            acc = 0.0
+    return [g for g in groups if g]
+
+
+def _generic_matmul(b: Builder, node: Node, va: Value, vb: Value) -> Value:
+    """Mixed forms, other ranks and unusual dtypes: scipy/numpy on whole values."""
+    pa, pb = (b.prop.effective[i] for i in node.inputs)
+    flops = get_op("matmul").flops([b.graph[i].type for i in node.inputs], node.type, {})
+    dtype = node.type.dtype
+    kernel = "gemm" if va.kind == vb.kind == "dense" else "spmm_scipy"
+    attrs: dict[str, Any] = {"dtype": dtype}
+    if dtype not in NUMBA_DTYPES:
+        kernel, attrs = "dense", {"op": "matmul", "op_attrs": {}, "dtype": dtype}
+    useful = flops if kernel != "spmm_scipy" else 2 * min(pa.nnz, pb.nnz) * \
+        max(1, node.type.size // max(1, min(node.type.shape)))
+    b.flops(useful, flops)
+    return Value(b.task(f"v{node.id}", kernel, attrs, [va.buffer, vb.buffer],
+                        node.type.nbytes, registry.seconds(kernel, b.cost, flops=flops),
+                        node.id), "dense")
+
+
+def transposed(b: Builder, tid: str, v: Value, size: int, node: int) -> Value:
+    """A transpose task of ``v`` (its structure transposed too)."""
+    struct = None if v.struct is None else sp.csr_array(v.struct.T)
+    if struct is not None:
+        struct.sort_indices()
+    return Value(b.task(tid, "transpose", {}, [v.buffer], size, 0.0, node, False), v.kind,
+                 struct)
+
+
+def lower_einsum(b: Builder, node: Node, form: tuple[bool, bool, bool]) -> Value:
+    """A matmul-shaped einsum: transposes around a whole-value product."""
+    a_id, b_id = node.inputs
+    ta, tb, tout = form
+    vals = []
+    for i, t in ((a_id, ta), (b_id, tb)):
+        v = b.values[i]
+        vals.append(transposed(b, f"t{node.id}.{i}", v, b.graph[i].type.nbytes, node.id)
+                    if t else v)
+    flops = get_op("einsum").flops([b.graph[i].type for i in node.inputs], node.type,
+                                   node.attrs)
+    b.flops(flops)
+    kernel = "gemm" if all(v.kind == "dense" for v in vals) else "spmm_scipy"
+    out = Value(b.task(f"m{node.id}", kernel, {"dtype": node.type.dtype},
+                       [v.buffer for v in vals], node.type.nbytes,
+                       registry.seconds(kernel, b.cost, flops=flops), node.id), "dense")
+    if tout:
+        out = transposed(b, f"v{node.id}", out, node.type.nbytes, node.id)
+    return out

@@ -1,0 +1,336 @@
+"""The callables of a sparse plan's tasks, one class per kernel form.
+
+Each is built from a task's ``kernel`` name and ``attrs`` by
+:mod:`thrifty.sparse.registry`; they are module-level classes so that distributed workers
+can unpickle them. Row-panel kernels write rows ``[r0, r1)`` of an output allocated by an
+``alloc`` task and return their view of it; ``assemble`` tasks join the panels.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import scipy.sparse as sp
+from scipy.sparse import _sparsetools as _st  # scipy's CSR kernels, without its dispatch
+
+from thrifty.graph.ops import get_op
+from thrifty.sparse import kernels as K
+
+#: Value dtypes the compiled kernels are built for.
+NUMBA_DTYPES = frozenset({"float32", "float64", "complex64", "complex128", "int32", "int64"})
+
+
+def _dense(v: Any) -> np.ndarray:
+    return np.asarray(v.toarray()) if sp.issparse(v) else np.asarray(v)
+
+
+def _contig(x: np.ndarray, dtype: str) -> np.ndarray:
+    return np.ascontiguousarray(x, dtype=dtype)
+
+
+def assemble_dense(*parts: np.ndarray) -> np.ndarray:
+    """The panels' rows as one array: their common base when they tile it, else a copy."""
+    base = parts[0].base
+    if base is not None and all(p.base is base for p in parts) and \
+            sum(p.shape[0] for p in parts) == base.shape[0]:
+        ptr = base.__array_interface__["data"][0]
+        ok = True
+        for p in parts:
+            if p.__array_interface__["data"][0] != ptr:
+                ok = False
+                break
+            ptr += p.nbytes
+        if ok:
+            return base
+    return np.concatenate(parts, axis=0)
+
+
+
+@dataclass(frozen=True, slots=True)
+class Seg:
+    r0: int
+    r1: int
+    form: str  # "csr" or "panel"
+    cols: np.ndarray | None = None
+    flat_pos: np.ndarray | None = None
+
+
+class SpmmPanel:
+    """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output."""
+
+    def __init__(self, r0: int, r1: int, segs: Sequence[Seg], dtype: str,
+                 post: Callable[[np.ndarray], np.ndarray] | None) -> None:
+        self.r0, self.r1, self.segs, self.dtype, self.post = r0, r1, tuple(segs), dtype, post
+
+    def __call__(self, out: np.ndarray, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
+        X = _contig(X, self.dtype)
+        data = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
+        for s in self.segs:
+            o = out[s.r0:s.r1]
+            if s.form == "csr":
+                K.spmm_rows(A.indptr, A.indices, data, X, o, s.r0, s.r1)
+            else:
+                p0, p1 = A.indptr[s.r0], A.indptr[s.r1]
+                K.panel_gemm(s.flat_pos, data[p0:p1], (s.r1 - s.r0, len(s.cols)),  # type: ignore[arg-type]
+                             s.cols, X, o)  # type: ignore[arg-type]
+        view = out[self.r0:self.r1]
+        if self.post is not None:
+            view[...] = self.post(view)
+        return view
+
+
+def _matvec_ok(A: Any, x: np.ndarray, dtype: str) -> bool:
+    """Whether scipy's ``csr_matvec`` applies to these arrays: one value dtype (the
+    output's) and one index dtype (it makes contiguous copies of strided inputs itself)."""
+    return A.data.dtype == dtype and x.dtype == dtype and \
+        A.indptr.dtype == A.indices.dtype and x.ndim == 1
+
+
+class SpmvPanel:
+    """Rows ``[r0, r1)`` of ``A @ x``, written into the shared output: scipy's CSR kernel on
+    views of the whole matrix's arrays (no copy; it releases the GIL), else the compiled
+    kernel, else scipy on a sliced panel."""
+
+    def __init__(self, r0: int, r1: int, dtype: str) -> None:
+        self.r0, self.r1, self.dtype = r0, r1, dtype
+
+    def __call__(self, out: np.ndarray, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
+        r0, r1 = self.r0, self.r1
+        x = np.asarray(x)
+        o = out[r0:r1]
+        if _matvec_ok(A, x, self.dtype):
+            o.fill(0)  # csr_matvec accumulates into its output
+            _st.csr_matvec(r1 - r0, A.shape[1], A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+            return o
+        if self.dtype in NUMBA_DTYPES and A.data.dtype == self.dtype == x.dtype:
+            K.spmv_rows(A.indptr, A.indices, A.data, x, o, r0, r1)
+            return o
+        p0, p1 = A.indptr[r0], A.indptr[r1]
+        sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
+                           shape=(r1 - r0, A.shape[1]), copy=False)
+        o[...] = sub @ x
+        return o
+
+
+class SpmvWhole:
+    """``A @ x`` in one call of scipy's CSR kernel (the ``spmv_scipy`` kernel): what the cost
+    model picks when splitting rows would not pay."""
+
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+    def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
+        x = np.asarray(x)
+        if _matvec_ok(A, x, self.dtype):
+            out = np.zeros(A.shape[0], dtype=self.dtype)
+            _st.csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, out)
+            return out
+        return np.asarray(A @ x).astype(self.dtype, copy=False)
+
+
+class FullPattern:
+    """``A @ X`` for a CSR ``A`` whose pattern holds every entry: its data array, in
+    canonical (row-major) order, viewed as the dense matrix and multiplied by BLAS."""
+
+    def __init__(self, shape: tuple[int, int], dtype: str) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def __call__(self, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
+        D = A.data.reshape(self.shape)
+        return np.asarray(np.matmul(D, np.asarray(X))).astype(self.dtype, copy=False)
+
+
+class SddmmPanel:
+    def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str) -> None:
+        self.r0, self.r1, self.P, self.dtype = r0, r1, P, dtype
+
+    def __call__(self, out: np.ndarray, X: np.ndarray, B: np.ndarray) -> np.ndarray:
+        P = self.P
+        p0, p1 = P.indptr[self.r0], P.indptr[self.r1]
+        K.sddmm_rows(P.indptr, P.indices, _contig(X, self.dtype), _contig(B.T, self.dtype),
+                     out[p0:p1], self.r0, self.r1)
+        return out[p0:p1]
+
+
+class MaskedSpgemmPanel:
+    def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str) -> None:
+        self.r0, self.r1, self.P, self.dtype = r0, r1, P, dtype
+
+    def __call__(self, out: np.ndarray, A: sp.csr_array, B: sp.csr_array) -> np.ndarray:
+        P = self.P
+        p0, p1 = P.indptr[self.r0], P.indptr[self.r1]
+        A = A if A.dtype == self.dtype else A.astype(self.dtype)
+        B = B if B.dtype == self.dtype else B.astype(self.dtype)
+        K.masked_spgemm_rows(A, B, P, out[p0:p1], self.r0, self.r1)
+        return out[p0:p1]
+
+
+class MaskedDotPanel:
+    def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str) -> None:
+        self.r0, self.r1, self.P, self.dtype = r0, r1, P, dtype
+
+    def __call__(self, out: np.ndarray, A: sp.csr_array, Bt: sp.csr_array) -> np.ndarray:
+        P = self.P
+        p0, p1 = P.indptr[self.r0], P.indptr[self.r1]
+        A = A if A.dtype == self.dtype else A.astype(self.dtype)
+        Bt = Bt if Bt.dtype == self.dtype else Bt.astype(self.dtype)
+        K.masked_dot_rows(A, Bt, P, out[p0:p1], self.r0, self.r1)
+        return out[p0:p1]
+
+
+class SoftmaxPanel:
+    def __init__(self, r0: int, r1: int, P: sp.csr_array, gx: Gather, gm: Gather) -> None:
+        self.r0, self.r1, self.P, self.gx, self.gm = r0, r1, P, gx, gm
+
+    def __call__(self, out: np.ndarray, x: Any, mask: Any) -> np.ndarray:
+        P = self.P
+        p0, p1 = P.indptr[self.r0], P.indptr[self.r1]
+        K.masked_softmax_rows(P.indptr, self.gx(x).astype(out.dtype, copy=False),
+                              self.gm(mask), out[p0:p1], self.r0, self.r1)
+        return out[p0:p1]
+
+
+class CsrAssemble:
+    def __init__(self, P: sp.csr_array) -> None:
+        self.P = P
+
+    def __call__(self, *parts: np.ndarray) -> sp.csr_array:
+        data = assemble_dense(*parts) if parts[0].ndim == 1 and len(parts) > 1 else parts[0]
+        if len(data) != self.P.nnz:
+            data = np.concatenate(parts)
+        return K.csr_from_parts(data, self.P.indices, self.P.indptr, self.P.shape)
+
+
+class Gather:
+    """An operand's values at the entries of pattern ``P`` (1-D, CSR order)."""
+
+    def __init__(self, kind: str, P: sp.csr_array, shape: tuple[int, ...],
+                 struct: sp.csr_array | None) -> None:
+        self.kind = kind
+        rows = np.repeat(np.arange(P.shape[0], dtype=np.int64), np.diff(P.indptr))
+        cols = P.indices.astype(np.int64)
+        self.pos: np.ndarray | None = None
+        self.found: np.ndarray | None = None
+        if kind == "scalar":
+            pass
+        elif kind == "dense":
+            if tuple(shape) == tuple(P.shape):
+                self.pos = rows * P.shape[1] + cols
+            else:
+                self.kind = "broadcast"
+                self.rows, self.cols, self.shape = rows, cols, P.shape
+        else:
+            assert struct is not None
+            if struct.nnz == P.nnz and np.array_equal(struct.indptr, P.indptr) and \
+                    np.array_equal(struct.indices, P.indices):
+                self.kind = "same"
+            else:
+                srows = np.repeat(np.arange(struct.shape[0], dtype=np.int64),
+                                  np.diff(struct.indptr))
+                skeys = srows * P.shape[1] + struct.indices
+                keys = rows * P.shape[1] + cols
+                pos = np.searchsorted(skeys, keys)
+                posc = np.minimum(pos, max(len(skeys) - 1, 0))
+                self.found = (pos < len(skeys)) & (skeys[posc] == keys) if len(skeys) else \
+                    np.zeros(len(keys), dtype=bool)
+                self.pos = posc
+                self.kind = "csr"
+
+    def __call__(self, v: Any) -> np.ndarray:
+        if self.kind == "scalar":
+            return np.asarray(v)
+        if self.kind == "dense":
+            return np.asarray(v).reshape(-1)[self.pos]
+        if self.kind == "broadcast":
+            return np.broadcast_to(np.asarray(v), self.shape)[self.rows, self.cols]
+        if self.kind == "same":
+            return v.data
+        found, pos = self.found, self.pos
+        assert found is not None and pos is not None  # kind == "csr" sets both
+        d = v.data
+        if len(d) == 0:
+            return np.zeros(len(found), dtype=d.dtype)
+        return np.where(found, d[pos], np.zeros((), dtype=d.dtype))
+
+
+class ElementwiseCsr:
+    def __init__(self, op: str, attrs: Mapping[str, Any], gathers: Sequence[Gather],
+                 P: sp.csr_array, dtype: str) -> None:
+        self.op, self.attrs, self.gathers, self.P, self.dtype = op, dict(attrs), gathers, P, dtype
+
+    def __call__(self, *vals: Any) -> sp.csr_array:
+        args = [g(v) for g, v in zip(self.gathers, vals)]
+        with np.errstate(all="ignore"):
+            data = np.asarray(get_op(self.op).reference(*args, **self.attrs))
+        data = np.broadcast_to(data, (self.P.nnz,)).astype(self.dtype, copy=True)
+        return K.csr_from_parts(data, self.P.indices, self.P.indptr, self.P.shape)
+
+
+class DenseRef:
+    def __init__(self, op: str, attrs: Mapping[str, Any], dtype: str) -> None:
+        self.op, self.attrs, self.dtype = op, dict(attrs), dtype
+
+    def __call__(self, *vals: Any) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            out = np.asarray(get_op(self.op).reference(*[_dense(v) for v in vals],
+                                                       **self.attrs))
+        return out.astype(self.dtype, copy=False)
+
+
+class Transpose:
+    def __call__(self, x: Any) -> Any:
+        if sp.issparse(x):
+            T = sp.csr_array(x.T)
+            T.sort_indices()
+            return T
+        return np.asarray(x).T
+
+
+class Alloc:
+    def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
+        self.shape, self.dtype = shape, dtype
+
+    def __call__(self) -> np.ndarray:
+        return np.empty(self.shape, dtype=self.dtype)
+
+
+class Spgemm:
+    def __init__(self, dtype: str, sparse_out: bool) -> None:
+        self.dtype, self.sparse_out = dtype, sparse_out
+
+    def __call__(self, A: Any, B: Any) -> Any:
+        C = A @ B
+        if sp.issparse(C):
+            C = sp.csr_array(C).astype(self.dtype, copy=False)
+            if self.sparse_out:
+                C.sort_indices()
+                return C
+            return C.toarray()
+        return np.asarray(C).astype(self.dtype, copy=False)
+
+
+class DenseMatmul:
+    def __init__(self, dtype: str) -> None:
+        self.dtype = dtype
+
+    def __call__(self, A: Any, B: Any) -> np.ndarray:
+        if sp.issparse(A) or sp.issparse(B):
+            out = A @ B
+            out = out.toarray() if sp.issparse(out) else out
+        else:
+            out = np.matmul(A, B)
+        return np.asarray(out).astype(self.dtype, copy=False)
+
+
+
+class Unary:
+    def __init__(self, op: str, attrs: Mapping[str, Any]) -> None:
+        self.op, self.attrs = op, dict(attrs)
+
+    def __call__(self, x: np.ndarray) -> np.ndarray:
+        with np.errstate(all="ignore"):
+            return np.asarray(get_op(self.op).reference(x, **self.attrs))
+
