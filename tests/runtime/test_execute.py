@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 
@@ -136,3 +138,99 @@ def test_plan_from_order_frees_inputs_and_keeps_results():
     assert "x0" in frees and "loss" not in frees
     assert plan.steps[0] == Step("compute", "layer1")
     assert simulate(g, plan).peak == simulate(g, g.order).peak
+
+
+def test_an_input_larger_than_its_declared_buffer_is_refused():
+    g = TaskGraph([Task("double", reads=("x",), writes=("y",), fn=lambda x: 2 * x)],
+                  [Buffer("x", 80), Buffer("y", 80, "double")])
+    plan = Plan.from_order(g, g.order)
+    np.testing.assert_array_equal(execute(g, plan, {"x": np.ones(10)}).results["y"], 2.0)
+    with pytest.raises(PlanError, match=r"'x' .* declared as 80 bytes, but its value holds "
+                                        r"8000 bytes"):
+        execute(g, plan, {"x": np.ones(1000)})
+
+
+def test_sparse_plan_feeds_fit_their_declared_buffers():
+    import scipy.sparse as sp
+
+    import thrifty as th
+
+    for index_dtype in (np.int32, np.int64):
+        A = sp.random_array((40, 40), density=0.1, format="csr", rng=0)
+        A.indices, A.indptr = A.indices.astype(index_dtype), A.indptr.astype(index_dtype)
+        x = np.ones(40)
+        plan = th.program(lambda A, x: A @ x).specialize(A=A, x=x)
+        tg = plan.taskgraph
+        feed = plan.feed({"A": A, "x": x})
+        r = execute(tg, Plan.from_order(tg, tg.order), feed)
+        np.testing.assert_allclose(r.results[plan.output_buffers()[0]], A @ x, rtol=1e-12)
+        assert nbytes(feed[plan.input_buffer("A")]) == tg.buffers[plan.input_buffer("A")].size
+
+
+def test_offload_files_are_private_npy_without_pickle_and_removed(tmp_path):
+    import stat
+
+    import scipy.sparse as sp
+
+    seen = []
+    S = sp.csr_array(np.eye(4))
+
+    def scaled(x):  # runs while y is offloaded: its file is there
+        seen.extend((p, stat.S_IMODE(p.stat().st_mode), stat.S_IMODE(p.parent.stat().st_mode))
+                    for p in tmp_path.rglob("*.npy"))
+        return S * x[0]
+
+    g = TaskGraph([Task("a", reads=("x",), writes=("y",), fn=lambda x: x + 1),
+                   Task("s", reads=("x",), writes=("z",), fn=scaled),
+                   Task("b", reads=("y", "z"), writes=("w",), fn=lambda y, z: y + z @ y)],
+                  [Buffer("x", 32), Buffer("y", 32, "a"), Buffer("z", 100, "s"),
+                   Buffer("w", 32, "b")])
+    plan = Plan.from_steps([("compute", "a"), ("offload", "y"), ("compute", "s"),
+                            ("offload", "z"), ("prefetch", "y"), ("prefetch", "z"),
+                            ("compute", "b")])
+    x = np.arange(4.0)
+    r = execute(g, plan, {"x": x}, offload_dir=tmp_path / "off")
+    np.testing.assert_array_equal(r.results["w"], (x + 1) + (x[0] * np.eye(4)) @ (x + 1))
+    assert r.files_written == 1  # the array; the sparse matrix stayed in host memory
+    ((path, mode, dir_mode),) = seen
+    assert mode == 0o600 and dir_mode == 0o700
+    assert path.parent.parent == tmp_path / "off"
+    assert not list((tmp_path / "off").iterdir())  # the private directory is gone
+    assert not list(tmp_path.rglob("*.pkl"))
+
+
+def test_offload_files_are_removed_when_a_task_fails(tmp_path):
+    def boom(y):
+        assert list(tmp_path.rglob("*.npy"))  # the offloaded value was on disk
+        raise RuntimeError("task failed")
+
+    g = TaskGraph([Task("a", reads=("x",), writes=("y",), fn=lambda x: x + 1),
+                   Task("b", reads=("x",), writes=("z",), fn=lambda x: x),
+                   Task("c", reads=("z",), writes=("w",), fn=boom)],
+                  [Buffer("x", 8), Buffer("y", 8, "a"), Buffer("z", 8, "b"),
+                   Buffer("w", 8, "c")], results=["y", "w"])
+    plan = Plan.from_steps([("compute", "a"), ("offload", "y"), ("compute", "b"),
+                            ("compute", "c"), ("prefetch", "y")])
+    with pytest.raises(RuntimeError, match="task failed"):
+        execute(g, plan, {"x": np.ones(1)}, offload_dir=tmp_path)
+    assert not list(tmp_path.rglob("*")), list(tmp_path.rglob("*"))
+
+
+def test_an_offload_dir_that_is_a_file_or_unwritable_is_refused(tmp_path):
+    g = TaskGraph([Task("a", reads=("x",), writes=("y",), fn=lambda x: x)],
+                  [Buffer("x", 8), Buffer("y", 8, "a")])
+    plan = Plan.from_order(g, g.order)
+    f = tmp_path / "a-file"
+    f.write_text("")
+    with pytest.raises(PlanError, match="is a file; give a directory"):
+        execute(g, plan, {"x": np.ones(1)}, offload_dir=f)
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o500)
+    try:
+        if os.access(ro, os.W_OK):
+            pytest.skip("running as a user who can write anywhere")
+        with pytest.raises(PlanError, match="not a writable directory"):
+            execute(g, plan, {"x": np.ones(1)}, offload_dir=ro)
+    finally:
+        ro.chmod(0o700)

@@ -55,9 +55,9 @@ def test_deprecated_aliases_warn_and_run_in_order(alias):
     np.testing.assert_allclose(got, A.toarray() @ x, rtol=1e-12)
     g = _chain()
     with pytest.warns(DeprecationWarning):
-        r = runtime.execute(g, Plan.from_order(g, g.order), {"x": np.ones(2)},
+        r = runtime.execute(g, Plan.from_order(g, g.order), {"x": np.ones(1)},
                             scheduler=alias)
-    np.testing.assert_array_equal(r.results["w"], [4.0, 4.0])
+    np.testing.assert_array_equal(r.results["w"], [4.0])
 
 
 def test_an_unreachable_address_fails_fast_with_a_clear_error():
@@ -68,6 +68,6 @@ def test_an_unreachable_address_fails_fast_with_a_clear_error():
 
 def test_runtime_execute_is_the_documented_function():
     g = _chain()
-    r = runtime.execute(g, Plan.from_order(g, g.order), {"x": np.full(2, 3.0)})
-    np.testing.assert_array_equal(r.results["w"], [24.0, 24.0])
+    r = runtime.execute(g, Plan.from_order(g, g.order), {"x": np.full(1, 3.0)})
+    np.testing.assert_array_equal(r.results["w"], [24.0])
     assert r.peak_bytes > 0

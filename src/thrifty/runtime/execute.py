@@ -12,16 +12,17 @@ resident set plus their outputs, which is exactly what the plan's accounting cha
 the last step of the run. Such runs are handed to Dask (the threaded scheduler, or a
 ``dask.distributed.Client``); ``"sync"`` runs everything in order in this thread.
 
-Tiers. Offloaded values go to host memory (a copy), or, with ``offload_dir``, to files in
-that directory (numpy ``.npy`` files opened as memmaps for arrays, pickles otherwise) and
-are read back on prefetch.
+Tiers. Offloaded values go to host memory (a copy), or, with ``offload_dir``, numeric
+arrays to ``.npy`` files (no pickle; ``O_EXCL``, mode 0600) in a private directory made
+inside it and removed at the end of the run; other values stay in host memory.
 """
 
 from __future__ import annotations
 
 import itertools
 import os
-import pickle
+import shutil
+import tempfile
 import time
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -77,58 +78,60 @@ class ExecResult:
 
 
 class _HostTier:
-    """Where offloaded values live: a dict of copies, or files in a directory."""
+    """Where offloaded values live: host-memory copies, or ``.npy`` files in a private
+    directory of ``offload_dir``.
+
+    Files hold numeric arrays only, written and read without pickle
+    (``allow_pickle=False``), each created with ``O_EXCL`` and mode 0600 in a directory
+    made by :func:`tempfile.mkdtemp` (mode 0700); :meth:`close` removes the directory with
+    whatever is left in it (after success, failure or an interrupt). Values that are not
+    such arrays (sparse matrices, tuples, object arrays) stay in host memory as copies.
+    """
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
-        self.dir = Path(directory) if directory is not None else None
-        if self.dir is not None:
-            self.dir.mkdir(parents=True, exist_ok=True)
+        self.dir: Path | None = None
+        if directory is not None:
+            self.dir = _private_dir(Path(directory))
         self.store: dict[Hashable, Any] = {}
         self._serial = itertools.count()
         self.files_written = 0
 
-    def _path(self, ext: str) -> Path:
-        """A fresh file name for one offload (unique within this tier's run)."""
-        assert self.dir is not None
-        return self.dir / f"buf-{id(self):x}-{next(self._serial)}{ext}"
-
     def put(self, key: Hashable, value: Any) -> None:
-        if self.dir is None:
-            self.store[key] = value.copy() if hasattr(value, "copy") else value
+        if self.dir is None or not isinstance(value, np.ndarray) or value.dtype.hasobject:
+            self.store[key] = ("mem", value.copy() if hasattr(value, "copy") else value)
             return
+        path = self.dir / f"{next(self._serial)}.npy"
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "wb") as f:
+            np.lib.format.write_array(f, value, allow_pickle=False)
         self.files_written += 1
-        if isinstance(value, np.ndarray) and value.dtype != object:
-            path = self._path(".npy")
-            mm = np.lib.format.open_memmap(path, mode="w+", dtype=value.dtype,
-                                           shape=value.shape)
-            mm[...] = value
-            mm.flush()
-            del mm
-            self.store[key] = ("npy", path)
-        else:
-            path = self._path(".pkl")
-            with open(path, "wb") as f:
-                pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
-            self.store[key] = ("pkl", path)
+        self.store[key] = ("npy", path)
 
     def take(self, key: Hashable) -> Any:
-        item = self.store.pop(key)
-        if self.dir is None:
+        kind, item = self.store.pop(key)
+        if kind == "mem":
             return item
-        kind, path = item
-        if kind == "npy":
-            value = np.array(np.load(path, mmap_mode="r"))
-        else:
-            with open(path, "rb") as f:
-                value = pickle.load(f)
-        os.unlink(path)
+        value = np.load(item, allow_pickle=False)
+        os.unlink(item)
         return value
 
     def close(self) -> None:
-        if self.dir is not None:
-            for item in self.store.values():
-                Path(item[1]).unlink(missing_ok=True)
         self.store.clear()
+        if self.dir is not None:
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _private_dir(directory: Path) -> Path:
+    """A fresh private directory (mode 0700) inside ``directory``, created if missing."""
+    if directory.exists() and not directory.is_dir():
+        raise PlanError(f"offload_dir {str(directory)!r} is a file; give a directory (it is "
+                        "created if missing)")
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix="thrifty-offload-", dir=directory))
+    except OSError as e:
+        raise PlanError(f"offload_dir {str(directory)!r} is not a writable directory "
+                        f"({e.strerror or e}); give one this process can write to") from None
 
 
 def _call(task_fn: Any, n_out: int, *args: Any) -> tuple[Any, ...]:
@@ -181,7 +184,9 @@ def execute(g: TaskGraph, plan: Plan, inputs: Mapping[Hashable, Any], *,
         (threads when the task graph's total time is at least
         :data:`AUTO_THREADS_SECONDS`, else in order).
     offload_dir:
-        Offload to ``.npy``/pickle files in this directory instead of host-memory copies.
+        Offload numeric arrays to ``.npy`` files in a private directory made inside this one
+        (removed at the end of the run, whatever its outcome) instead of host-memory
+        copies; other values stay in host memory.
 
     Example
     -------
@@ -195,60 +200,87 @@ def execute(g: TaskGraph, plan: Plan, inputs: Mapping[Hashable, Any], *,
     """
     from thrifty.memory.simulate import simulate
 
-    missing = [b for b in g.inputs if b not in inputs]
-    if missing:
-        raise PlanError(f"no value given for input buffer(s) {missing!r}; inputs of "
-                        f"{g.name} are {list(g.inputs)!r}")
-    no_fn = [t.id for t in g.tasks.values() if t.fn is None]
-    if no_fn:
-        raise PlanError(f"tasks {no_fn[:5]!r} carry no function to run; only task graphs "
-                        "built with callables (e.g. by the sparse engine) can be executed")
+    _check_inputs(g, inputs)
     sim = simulate(g, plan, offload_bandwidth=offload_bandwidth
                    if offload_bandwidth is not None else float("inf"))
     backend = _backend(scheduler, g)
     host = _HostTier(offload_dir)
-    resident: dict[Hashable, Any] = {b: backend.put(inputs[b]) for b in g.inputs}
-    sizes: dict[Hashable, int] = {b: nbytes(inputs[b]) for b in g.inputs}
-    timeline = [sum(sizes.values())]
-    seen: set[Hashable] = set()
-    computes = recomputes = offloads = 0
+    run = _Replay(g, backend, host)
     t0 = time.perf_counter()
     try:
+        for b in g.inputs:
+            run.resident[b], run.sizes[b] = backend.put(inputs[b]), nbytes(inputs[b])
+        run.timeline.append(sum(run.sizes.values()))
         for group in _runs(plan.steps, g):
-            st = group[0]
-            if st.op == "compute":
-                outs = backend.compute([g.tasks[s.target] for s in group], resident)
-                during = sum(sizes.values())
-                for s in group:
-                    for b in g.tasks[s.target].writes:
-                        during += outs[b][1]
-                timeline.append(during)
-                for s in group:
-                    computes += 1
-                    recomputes += s.target in seen
-                    seen.add(s.target)
-                for b, (val, size) in outs.items():
-                    resident[b], sizes[b] = val, size
-            elif st.op == "free":
-                backend.release(resident.pop(st.target))
-                sizes.pop(st.target)
-            elif st.op == "offload":
-                host.put(st.target, backend.get(resident[st.target]))
-                backend.release(resident.pop(st.target))
-                sizes.pop(st.target)
-                offloads += 1
-            else:  # prefetch
-                value = host.take(st.target)
-                resident[st.target] = backend.put(value)
-                sizes[st.target] = nbytes(value)
-            timeline.append(sum(sizes.values()))
-        results = {b: backend.get(resident[b]) for b in g.results}
+            run.step(group)
+        results = {b: backend.get(run.resident[b]) for b in g.results}
     finally:
         host.close()
-        for v in resident.values():
+        for v in run.resident.values():
             backend.release(v)
-    return ExecResult(results, max(timeline), sim.peak, time.perf_counter() - t0, computes,
-                      recomputes, offloads, tuple(timeline), host.files_written)
+    return ExecResult(results, max(run.timeline), sim.peak, time.perf_counter() - t0,
+                      run.computes, run.recomputes, run.offloads, tuple(run.timeline),
+                      host.files_written)
+
+
+def _check_inputs(g: TaskGraph, inputs: Mapping[Hashable, Any]) -> None:
+    """Raise :class:`PlanError` unless every input buffer has a value no larger than its
+    declared size and every task carries a function."""
+    missing = [b for b in g.inputs if b not in inputs]
+    if missing:
+        raise PlanError(f"no value given for input buffer(s) {missing!r}; inputs of "
+                        f"{g.name} are {list(g.inputs)!r}")
+    for b in g.inputs:
+        actual, declared = nbytes(inputs[b]), g.buffers[b].size
+        if actual > declared:
+            raise PlanError(f"input buffer {b!r} of {g.name} is declared as {declared} bytes, "
+                            f"but its value holds {actual} bytes: the plan's memory figures "
+                            "would not hold; pass a value of the declared size or declare "
+                            "the buffer's real size")
+    no_fn = [t.id for t in g.tasks.values() if t.fn is None]
+    if no_fn:
+        raise PlanError(f"tasks {no_fn[:5]!r} carry no function to run; only task graphs "
+                        "built with callables (e.g. by the sparse engine) can be executed")
+
+
+class _Replay:
+    """The state of one plan's replay: resident values, their bytes, the timeline."""
+
+    def __init__(self, g: TaskGraph, backend: _Local | _Distributed, host: _HostTier) -> None:
+        self.g, self.backend, self.host = g, backend, host
+        self.resident: dict[Hashable, Any] = {}
+        self.sizes: dict[Hashable, int] = {}
+        self.timeline: list[int] = []
+        self.seen: set[Hashable] = set()
+        self.computes = self.recomputes = self.offloads = 0
+
+    def step(self, group: list[Step]) -> None:
+        """One step, or a run of independent computes at once."""
+        st, backend, resident, sizes = group[0], self.backend, self.resident, self.sizes
+        if st.op == "compute":
+            tasks = [self.g.tasks[s.target] for s in group]
+            outs = backend.compute(tasks, resident)
+            self.timeline.append(sum(sizes.values()) +
+                                 sum(outs[b][1] for t in tasks for b in t.writes))
+            for s in group:
+                self.computes += 1
+                self.recomputes += s.target in self.seen
+                self.seen.add(s.target)
+            for b, (val, size) in outs.items():
+                resident[b], sizes[b] = val, size
+        elif st.op == "free":
+            backend.release(resident.pop(st.target))
+            sizes.pop(st.target)
+        elif st.op == "offload":
+            self.host.put(st.target, backend.get(resident[st.target]))
+            backend.release(resident.pop(st.target))
+            sizes.pop(st.target)
+            self.offloads += 1
+        else:  # prefetch
+            value = self.host.take(st.target)
+            resident[st.target] = backend.put(value)
+            sizes[st.target] = nbytes(value)
+        self.timeline.append(sum(sizes.values()))
 
 
 class _Local:

@@ -95,8 +95,11 @@ def _lower_elementwise(b: Builder, node: Node) -> Value:
 
 def _lower_input(b: Builder, node: Node) -> Value:
     s = b.inputs[node.name or ""]
-    nnz = len(s.indices) if s.sparse and s.indices is not None else None
-    bid = b.buffer(input_buffer_id(s.name), nbytes(s.shape, s.dtype, nnz), None)
+    size = nbytes(s.shape, s.dtype)
+    if s.sparse and s.indices is not None and s.indptr is not None:  # the CSR arrays' bytes
+        size = len(s.indices) * (np.dtype(s.dtype).itemsize + s.indices.itemsize) + \
+            s.indptr.nbytes
+    bid = b.buffer(input_buffer_id(s.name), size, None)
     struct = b.prop.forward[node.id].elements if s.sparse else None
     return Value(bid, "csr" if s.sparse else "dense", struct)
 
