@@ -1,0 +1,163 @@
+"""Preset matrix units: the lookup of the per-GPU tables of :mod:`.gpus`.
+
+A preset is data: an :class:`ArchTable` per architecture lists, for each
+input/output configuration the hardware offers, the :class:`UnitModel` parameters and the
+source of each one (paper, model file, or measurement); :func:`preset` turns one row into a
+:class:`UnitModel`, and a configuration the table does not hold is refused with the reason
+the table gives, or with the valid choices.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from thrifty.errors import FormatError
+from thrifty.numerics.formats import get_format
+from thrifty.numerics.units.engine import Unit
+from thrifty.numerics.units.model import UnitModel
+
+
+@dataclass(frozen=True, slots=True)
+class Param:
+    """One parameter value of a preset and where it comes from."""
+
+    value: Any
+    source: str
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """The parameters of the configurations ``inputs x outputs`` of one architecture.
+
+    ``params`` maps :class:`UnitModel` field names to :class:`Param`; fields not named
+    keep the :class:`UnitModel` defaults.
+    """
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    params: Mapping[str, Param]
+
+
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """Configurations ``inputs x outputs`` that the preset refuses, and why."""
+
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ArchTable:
+    """Everything thrifty knows about one architecture's matrix unit, as data."""
+
+    name: str
+    hardware: str
+    configs: tuple[Config, ...]
+    refusals: tuple[Refusal, ...] = ()
+    aliases: tuple[str, ...] = ()
+    validated: tuple[str, ...] = ()
+
+    def inputs(self) -> tuple[str, ...]:
+        """The input formats of every configuration, in table order."""
+        return tuple(dict.fromkeys(f for c in self.configs for f in c.inputs))
+
+    def outputs(self, fin: str) -> tuple[str, ...]:
+        """The output formats offered for input format ``fin``."""
+        return tuple(dict.fromkeys(f for c in self.configs if fin in c.inputs
+                                   for f in c.outputs))
+
+    def model(self, fin: str, fout: str) -> UnitModel:
+        """The :class:`UnitModel` of input ``fin`` and output ``fout`` (canonical names)."""
+        if fin not in self.inputs():
+            raise FormatError(f"unit {self.name!r} ({self.hardware}) has no {fin} input; "
+                              f"valid: {', '.join(self.inputs())}")
+        for r in self.refusals:
+            if fin in r.inputs and fout in r.outputs:
+                raise FormatError(f"unit {self.name!r}: {fin} inputs with {fout} output: "
+                                  f"{r.reason}")
+        for c in self.configs:
+            if fin in c.inputs and fout in c.outputs:
+                values = {k: p.value for k, p in c.params.items()}
+                return UnitModel(name=self.name, input=fin, output=fout,
+                                 source=_sources(c.params), **values)
+        outs = self.outputs(fin)
+        raise FormatError(f"unit {self.name!r}: {fin} inputs accumulate in "
+                          f"{' or '.join(outs)} only, not {fout}")
+
+
+def _sources(params: Mapping[str, Param]) -> str:
+    """``"source (field, field); source (field)"``: each source with what it sets."""
+    by_source: dict[str, list[str]] = {}
+    for name, p in params.items():
+        by_source.setdefault(p.source, []).append(name)
+    return "; ".join(f"{src} ({', '.join(names)})" for src, names in by_source.items())
+
+
+@functools.cache
+def _tables() -> dict[str, ArchTable]:
+    from thrifty.numerics.units.gpus import TABLES
+
+    return {t.name: t for t in TABLES}
+
+
+@functools.cache
+def _aliases() -> dict[str, str]:
+    return {a: t.name for t in _tables().values() for a in t.aliases}
+
+
+def unit_names() -> list[str]:
+    """Names of the preset units."""
+    return list(_tables())
+
+
+def arch_table(name: str) -> ArchTable:
+    """The :class:`ArchTable` of a preset unit name or alias.
+
+    Example
+    -------
+    >>> arch_table("hopper").name
+    'h100'
+    """
+    key = str(name).strip().lower()
+    tables, aliases = _tables(), _aliases()
+    key = aliases.get(key, key)
+    if key not in tables:
+        raise FormatError(f"unknown unit {name!r}; valid: {', '.join(tables)} (aliases: "
+                          f"{', '.join(sorted(aliases))})")
+    return tables[key]
+
+
+def preset(name: str, input: str = "fp16", output: str = "fp32") -> UnitModel:
+    """The :class:`UnitModel` of a preset unit for one input/output format pair.
+
+    Raises
+    ------
+    FormatError
+        For an unknown unit (listing the valid ones) or an unsupported format pair.
+
+    Example
+    -------
+    >>> preset("a100", "bf16").fma
+    8
+    """
+    table = arch_table(name)
+    return table.model(get_format(input).name, get_format(output).name)
+
+
+def unit(name: str | UnitModel, input: str = "fp16", output: str = "fp32",
+         **overrides: object) -> Unit:
+    """A :class:`Unit` for a preset name (or a :class:`UnitModel`), with optional overrides.
+
+    Example
+    -------
+    >>> unit("h100", input="bf16", output="fp32").model.fma
+    16
+    """
+    model = name if isinstance(name, UnitModel) else preset(name, input, output)
+    if overrides:
+        model = replace(model, **overrides)  # type: ignore[arg-type]
+    return Unit(model)
