@@ -109,7 +109,7 @@ PRESET_PAIRS = [(n, i, o) for n in ("v100", "a100", "a2", "ada", "h100", "h200",
     (n, i, o) for n in ("ada", "l40s", "h100", "h200") for i in ("e4m3", "e5m2")
     for o in ("fp32", "fp16")] + [("b200", "e4m3", "fp32"), ("cdna1", "fp16", "fp32"),
                                   ("cdna1", "bf16", "fp32"), ("cdna2", "bf16", "fp32"),
-                                  ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3", "fp32"),
+                                  ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3fnuz", "fp32"),
                                   ("cdna3", "tf32", "fp32"), ("amx", "bf16", "fp32")]
 
 

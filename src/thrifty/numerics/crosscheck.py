@@ -34,7 +34,7 @@ from thrifty.numerics.rounding import round as fround
 
 #: Case families of :func:`cases`, in order.
 FAMILIES = ("random", "cancellation", "spread", "subnormal", "signed_zero", "special",
-            "overflow")
+            "overflow", "underflow")
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,7 +72,9 @@ def _short(name: str) -> str:
 
 def _configs() -> dict[str, Config]:
     out: list[Config] = []
-    nv = [("v100", "Volta", [("binary16", "m8n8k4", 4, ("binary32", "binary16"))]),
+    Row = tuple[str, str, int, tuple[str, ...]]
+    nv: list[tuple[str, str, list[Row]]] = [
+          ("v100", "Volta", [("binary16", "m8n8k4", 4, ("binary32", "binary16"))]),
           ("a100", "Ampere", [("binary16", "m16n8k16", 16, ("binary32", "binary16")),
                               ("bfloat16", "m16n8k16", 16, ("binary32",)),
                               ("tensorfloat32", "m16n8k8", 8, ("binary32",))]),
@@ -199,6 +201,13 @@ def cases(cfg: Config, n: int, K: int | None = None, seed: int = 0
     b[m] = np.abs(_values(rng, fin, (int(m.sum()), K), fin.emax - 2, fin.emax))
     if fout.emax < 2 * fin.emax - 2:
         c[m] = np.abs(_values(rng, fout, (int(m.sum()),), fout.emax - 1, fout.emax))
+    # underflow: tiny products (some zero) around the output's subnormal range, c = 0
+    m = fam == 7
+    lo_e = max(fin.emin, (fout.emin - fout.precision - 8) // 2)
+    a[m] = _values(rng, fin, (int(m.sum()), K), lo_e, lo_e + 6)
+    b[m] = _values(rng, fin, (int(m.sum()), K), lo_e, lo_e + 6)
+    a[m] = np.where(rng.random((int(m.sum()), K)) < 0.3, 0.0, a[m])
+    c[m] = 0.0
     if not fin.has_negative_zero:
         a, b = a + 0.0, b + 0.0
     return a, b, c, fam
@@ -228,7 +237,7 @@ def _to_torch(x: np.ndarray, fmt: Format, sim_dtype: object) -> object:
     t = torch.from_numpy(np.ascontiguousarray(x, dtype=np.float64))
     if fmt.name == "tensorfloat32":
         return t.to(torch.float32)
-    return t.to(sim_dtype)  # exact: values are in the format
+    return t.to(sim_dtype)  # type: ignore[call-overload]  # exact: values in the format
 
 
 def run_mmasim(cfg: Config, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:

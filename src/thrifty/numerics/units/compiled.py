@@ -12,6 +12,7 @@ import math
 import numba
 
 from thrifty.numerics.units.kernels import (
+    P_ADDLAST,
     P_CARRY,
     P_EMAXOUT,
     P_EMINACC,
@@ -23,11 +24,13 @@ from thrifty.numerics.units.kernels import (
     P_MODE,
     P_NORM,
     P_PACC,
+    P_POSZERO,
     P_POUT,
     P_RND,
     P_SHIFT,
     P_SUBIN,
     P_SUBOUT,
+    P_ZEXP,
 )
 
 _NO_TERM = -(1 << 40)  # the largest exponent of a step without nonzero terms
@@ -75,27 +78,51 @@ def _addend(c, ip):
 
 
 @_jit
-def _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip):
-    """``(S, L, any)``: the aligned sum of one step's terms, ``S 2^L`` (carries applied)."""
+def _picked(r, sel):
+    """Whether position ``r`` of a step belongs to sub-step ``sel``: 0 all, 1 even, 2 odd,
+    3 ``r mod 4 < 2``, 4 the others."""
+    if sel == 0:
+        return True
+    if sel == 1:
+        return r % 2 == 0
+    if sel == 2:
+        return r % 2 == 1
+    if sel == 3:
+        return r % 4 < 2
+    return r % 4 >= 2
+
+
+@_jit
+def _window_sum(ma, ea, na, mb, eb, nb, start, sel, c, ip):
+    """``(S, L, any)``: the aligned sum of the terms of positions ``sel`` picks of the step
+    at ``start`` (positions past the row are zeros), ``S 2^L`` (carries applied)."""
     F = ip[P_F]
     mode = ip[P_MODE]
     cm, ce = _addend(c, ip)
+    stop = min(start + ip[P_FMA], ma.shape[0])
     E = _NO_TERM
+    zero_seen = cm == 0 or stop < start + ip[P_FMA]
     if cm != 0:
         E = ce
-    for j in range(start, stop, stride):
+    for j in range(start, stop):
+        if not _picked(j - start, sel):
+            continue
         if ma[j] != 0 and mb[j] != 0:
             e = ea[j] + eb[j]
             if e > E:
                 E = e
+        else:
+            zero_seen = True
     if E == _NO_TERM:
         return 0, 0, False
+    if zero_seen and ip[P_ZEXP] > E:
+        E = ip[P_ZEXP]
     L = E - F
     if mode == 2:
         L -= 1
     S = 0
-    for j in range(start, stop, stride):
-        if ma[j] != 0 and mb[j] != 0:
+    for j in range(start, stop):
+        if _picked(j - start, sel) and ma[j] != 0 and mb[j] != 0:
             S += _align_term(ma[j] * mb[j], ea[j] + eb[j] - ip[P_SHIFT] - L, mode,
                              na[j] != nb[j])
     if cm != 0:
@@ -108,13 +135,14 @@ def _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip):
 
 
 @_jit
-def _round_out(mag, negS, L, ip, maxfin):
-    """``(-1)^negS mag 2^L`` (``mag > 0``) normalised and rounded to the output format."""
+def _round_out(mag, negS, L, ip, maxfin, rnd, norm):
+    """``(-1)^negS mag 2^L`` (``mag > 0``) normalised to ``norm`` bits (0: none) and rounded
+    (``rnd``, a code of ``RNDS``) to the output format."""
     eminout = ip[P_EMINOUT]
     nbits = _bit_length(mag)
-    if ip[P_NORM] > 0:
+    if norm > 0:
         eff = max(L + nbits - 1, eminout)
-        s = eff - (ip[P_NORM] - 1) - L
+        s = eff - (norm - 1) - L
         if s > 0:
             mag = (mag >> min(s, 63)) << min(s, 63)
             if mag == 0:
@@ -129,7 +157,6 @@ def _round_out(mag, negS, L, ip, maxfin):
         sc = min(s, 63)
         kept = mag >> sc
         rem = mag - (kept << sc)
-        rnd = ip[P_RND]
         up = False
         if rem != 0:
             if rnd == 1:
@@ -155,12 +182,46 @@ def _round_out(mag, negS, L, ip, maxfin):
 
 
 @_jit
-def _fused_scalar(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip, maxfin):
-    """One fused step over positions ``start:stop:stride`` of one row pair (scalar)."""
-    S, L, live = _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip)
+def _fused_scalar(ma, ea, na, mb, eb, nb, start, sel, c, ip, maxfin):
+    """One fused step over the positions ``sel`` picks of the step at ``start`` (scalar)."""
+    S, L, live = _window_sum(ma, ea, na, mb, eb, nb, start, sel, c, ip)
     if not live or S == 0:
         return 0.0
-    return _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin)
+    d = _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin, ip[P_RND], ip[P_NORM])
+    return d + 0.0 if ip[P_POSZERO] == 1 else d
+
+
+@_jit
+def _output_term(x, ip):
+    """``(m, e)`` of a finite value of the output format (``m = 0`` for zero)."""
+    eminout = ip[P_EMINOUT]
+    if x == 0.0:
+        return 0, eminout
+    e = max(math.frexp(abs(x))[1] - 1, eminout)
+    return int(math.ldexp(abs(x), ip[P_POUT] - 1 - e)), e
+
+
+@_jit
+def _add_last_scalar(d, c, ip, maxfin):
+    """``d + c`` in the output format: two guard bits and a sticky bit, nearest-even."""
+    if not (math.isfinite(d) and math.isfinite(c)):
+        return d + c
+    p = ip[P_POUT]
+    md, de = _output_term(d, ip)
+    mc, ce = _output_term(c, ip)
+    if md == 0 and mc == 0:
+        return 0.0
+    E = de if mc == 0 else (ce if md == 0 else max(de, ce))
+    L = E - (p + 1) - 1
+    S = 0
+    if md != 0:
+        S += _align_term(md, de - (p - 1) - L, 2, d < 0.0)
+    if mc != 0:
+        S += _align_term(mc, ce - (p - 1) - L, 2, c < 0.0)
+    if S == 0:
+        return 0.0
+    # the final addition rounds to nearest-even in the output format, no normaliser
+    return _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin, 1, 0)
 
 
 @_jit
@@ -168,17 +229,19 @@ def _chain_scalar(ma, ea, na, mb, eb, nb, c, ip, maxfin):
     """The recursive sequence of steps for one row pair (scalar)."""
     k = ma.shape[0]
     f = ip[P_FMA]
+    inter = ip[P_INTER]
     for s0 in range(0, k, f):
-        s1 = min(s0 + f, k)
         if not math.isfinite(c):
             return c
-        if ip[P_INTER] == 1:
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0, s1, 2, c, ip, maxfin)
-            if not math.isfinite(c):
-                return c
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0 + 1, s1, 2, c, ip, maxfin)
+        d = 0.0 if ip[P_ADDLAST] == 1 else c
+        if inter == 0:
+            d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, 0, d, ip, maxfin)
         else:
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0, s1, 1, c, ip, maxfin)
+            first = 1 if inter == 1 else 3
+            d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, first, d, ip, maxfin)
+            if math.isfinite(d):
+                d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, first + 1, d, ip, maxfin)
+        c = _add_last_scalar(d, c, ip, maxfin) if ip[P_ADDLAST] == 1 else d
     return c
 
 
