@@ -109,3 +109,9 @@ def test_zero_exp_drops_bits_below_the_zero_terms_window() -> None:
     wide = unit(replace(unit("b200", "fp16", "fp16", instruction="tcgen05.mma").model,
                         zero_exp=None))
     assert float(wide.dot(np.array(a), np.array(b), 0.0)) == 2.0 ** -24
+
+
+@pytest.mark.parametrize("key", list(xc.SCALED_CONFIGS))
+def test_block_scaled_kinds_agree_with_mmasim(key: str) -> None:
+    agr = xc.compare_scaled(xc.SCALED_CONFIGS[key], N, seed=13)
+    assert agr.equal == agr.cases, f"{key}: first differences {agr.first[:5]}"

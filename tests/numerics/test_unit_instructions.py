@@ -132,3 +132,35 @@ def test_validate_addend_choice_is_checked(tmp_path) -> None:
     assert validate(u, ds, addend="zero").matched == 1  # measured as D = A*B + 0
     with pytest.raises(FormatError, match="valid: file, zero"):
         validate(u, ds, addend="c")
+
+
+def test_nvfp4_groups_are_exact_then_scaled() -> None:
+    from thrifty.numerics.units import mx_dot
+    a = np.zeros(64)
+    b = np.zeros(64)
+    a[:16], b[:16] = 6.0, 6.0  # one group of 16 products 36: exactly 576
+    got = mx_dot(a, b, 0.0, np.array([1.5, 1, 1, 1]), np.array([2.0, 1, 1, 1]), "e2m1",
+                 kind="mxf4nvf4", block=16, scale_format="e4m3")
+    assert float(got) == 576 * 3.0
+
+
+def test_fp4_group_below_the_35_bit_window_is_dropped() -> None:
+    from thrifty.numerics.units import mx_dot
+    a = np.zeros(64)
+    b = np.zeros(64)
+    a[0] = b[0] = 1.0    # group 0 (block 0, scale 2^20 * 2^20)
+    a[32] = b[32] = 0.5  # group 2 (block 1, scale 2^-20 * 2^-20): 2^-42, beyond 2^(40-35)
+    got = mx_dot(a, b, 0.0, np.array([2.0 ** 20, 2.0 ** -20]),
+                 np.array([2.0 ** 20, 2.0 ** -20]), "e2m1", kind="mxf4")
+    assert float(got) == 2.0 ** 40
+
+
+@pytest.mark.parametrize(("kw", "needle"), [
+    ({"kind": "mxf9"}, "valid: mxf8f6f4"),
+    ({"kind": "mxf4", "block": 16}, "blocks of"),
+    ({"kind": "mxf4nvf4", "block": 32, "scale_format": "e4m3"}, "blocks of 16"),
+])
+def test_block_scaled_refusals(kw, needle) -> None:
+    from thrifty.numerics.units import mx_dot
+    with pytest.raises(FormatError, match=needle):
+        mx_dot(np.zeros(64), np.zeros(64), 0.0, np.ones(4), np.ones(4), "e2m1", **kw)

@@ -301,3 +301,103 @@ def compare(cfg: Config, n: int, K: int | None = None, seed: int = 0) -> Agreeme
     per = {name: (int(eq[fam == i].sum()), int((fam == i).sum()))
            for i, name in enumerate(FAMILIES)}
     return Agreement(cfg, n, int(eq.sum()), per, tuple(int(i) for i in np.flatnonzero(~eq)[:20]))
+
+
+# ---------------------------------------------------------------------------------------
+# Block-scaled tcgen05.mma kinds (thrifty.numerics.units.scaled.mx_dot)
+# ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True, slots=True)
+class ScaledConfig:
+    """One block-scaled ``tcgen05.mma`` kind both thrifty and MMA-Sim model."""
+
+    kind: str
+    input: str
+    block: int
+    scale: str  # "e8m0" or "e4m3" (UE4M3)
+
+    @property
+    def k(self) -> int:
+        return 32 if self.kind == "mxf8f6f4" else 64
+
+    @property
+    def key(self) -> str:
+        return f"b200/{self.kind}/{self.input}/block{self.block}/u{self.scale}/tcgen05.mma"
+
+    @property
+    def shape(self) -> str:
+        s = "ue8m0" if self.scale == "e8m0" else "ue4m3"
+        return (f"m128n8k{self.k}.kind::{self.kind}.block{self.block}.f32.{self.input}."
+                f"{self.input}.{s}")
+
+
+SCALED_CONFIGS: dict[str, ScaledConfig] = {c.key: c for c in [
+    *(ScaledConfig("mxf8f6f4", f, 32, "e8m0") for f in ("e4m3", "e5m2", "e3m2", "e2m3",
+                                                        "e2m1")),
+    ScaledConfig("mxf4", "e2m1", 32, "e8m0"),
+    ScaledConfig("mxf4nvf4", "e2m1", 32, "e8m0"),
+    ScaledConfig("mxf4nvf4", "e2m1", 16, "e8m0"),
+    ScaledConfig("mxf4nvf4", "e2m1", 16, "e4m3")]}
+
+
+def scaled_cases(cfg: ScaledConfig, n: int, seed: int = 0
+                 ) -> tuple[np.ndarray, ...]:
+    """``(a, b, c, scale_a, scale_b, family)``: the families of :func:`cases` (one
+    instruction step, ``K = k``) with random block scales (UE8M0 from 2^-20 to 2^20; UE4M3
+    over its range, zero included)."""
+    base = Config("b200", cfg.input, "binary32", "tcgen05.mma", "", "", "", cfg.k)
+    a, b, c, fam = cases(base, n, K=cfg.k, seed=seed)
+    rng = np.random.default_rng(seed + 1)
+    nb = cfg.k // cfg.block
+    if cfg.scale == "e8m0":
+        sa = np.ldexp(1.0, rng.integers(-20, 21, (n, nb)))
+        sb = np.ldexp(1.0, rng.integers(-20, 21, (n, nb)))
+    else:
+        fmt = get_format("e4m3")
+        sa = np.abs(_values(rng, fmt, (n, nb), fmt.emin - 2, fmt.emax))
+        sb = np.abs(_values(rng, fmt, (n, nb), fmt.emin - 2, fmt.emax))
+    return a, b, c, sa, sb, fam
+
+
+def run_mmasim_scaled(cfg: ScaledConfig, a: np.ndarray, b: np.ndarray, c: np.ndarray,
+                      sa: np.ndarray, sb: np.ndarray) -> np.ndarray:
+    """MMA-Sim's ``TCGen05MMABlockScale`` on the cases, as float64."""
+    reason = mmasim_available()
+    if reason is not None:
+        raise FormatError(reason)
+    import torch
+    from mmasim.nv_ptx import TCGen05MMABlockScale
+
+    from thrifty.numerics.rounding import encode
+    op = TCGen05MMABlockScale("Blackwell", cfg.shape)
+    fin = get_format(cfg.input)
+
+    def elems(x: np.ndarray) -> object:
+        if fin.bits == 8:
+            return _to_torch(x, fin, op.a_type)
+        codes = encode(x, fin).astype(np.int64)
+        if cfg.kind != "mxf8f6f4":  # two E2M1 per byte, the first in the high nibble
+            return torch.from_numpy(((codes[:, 0::2] << 4) | codes[:, 1::2]).astype(np.uint8))
+        return _to_torch(x, fin, torch.uint8)
+
+    st = torch.float8_e8m0fnu if cfg.scale == "e8m0" else torch.float8_e4m3fn
+    with torch.no_grad():
+        D = op.dpa(elems(a), elems(b), torch.from_numpy(c).float(),
+                   torch.from_numpy(sa).float().to(st), torch.from_numpy(sb).float().to(st))
+    return D.double().numpy()
+
+
+def compare_scaled(cfg: ScaledConfig, n: int, seed: int = 0) -> Agreement:
+    """:func:`compare` for a block-scaled kind: thrifty's ``mx_dot`` against MMA-Sim."""
+    from thrifty.numerics.units.scaled import mx_dot
+    a, b, c, sa, sb, fam = scaled_cases(cfg, n, seed)
+    ours = mx_dot(a, b, c, sa, sb, cfg.input, kind=cfg.kind, block=cfg.block,
+                  scale_format=cfg.scale)
+    theirs = run_mmasim_scaled(cfg, a, b, c, sa, sb)
+    eq = same_bits(ours, theirs, "binary32")
+    per = {name: (int(eq[fam == i].sum()), int((fam == i).sum()))
+           for i, name in enumerate(FAMILIES)}
+    pseudo = Config("b200", cfg.input, "binary32", "tcgen05.mma", "TCGen05MMABlockScale",
+                    "Blackwell", cfg.shape, cfg.k)
+    return Agreement(pseudo, n, int(eq.sum()), per,
+                     tuple(int(i) for i in np.flatnonzero(~eq)[:20]))

@@ -66,7 +66,8 @@ arithmetic of the numpy engine), :mod:`.engine` (:class:`Unit`: ``dot``/``matmul
 :mod:`.kernels` and :mod:`.compiled` (the numba engine, compiled on first use),
 :mod:`.gpus` (the presets as data, one table per architecture with the source of each
 parameter) and :mod:`.presets` (their lookup), :mod:`.reference` (the exact-rational
-specification), :mod:`.validation` (measured files and bit-exact comparison).
+specification), :mod:`.validation` (measured files and bit-exact comparison),
+:mod:`.scaled` (Blackwell's block-scaled MX and NVFP4 ``tcgen05.mma`` kinds: :func:`mx_dot`).
 
 Validation: the presets reproduce every case of the measured V100, A100 and Ada data
 (``shared/data/tensorcore``, 14 input/output configurations, 5000 cases each) bit for bit.
@@ -106,6 +107,7 @@ from thrifty.numerics.units.presets import (
     unit_names,
 )
 from thrifty.numerics.units.reference import reference_dot, round_fraction
+from thrifty.numerics.units.scaled import KINDS, mx_dot
 from thrifty.numerics.units.validation import (
     ADDENDS,
     ValidationReport,
@@ -118,6 +120,7 @@ __all__ = [
     "ADDENDS",
     "INSTRUCTIONS",
     "INTERLEAVE_PATTERNS",
+    "KINDS",
     "ROUNDINGS",
     "SHIFTED_OUT",
     "ArchTable",
@@ -133,6 +136,7 @@ __all__ = [
     "compiled_eligible",
     "decompose",
     "load_validation_set",
+    "mx_dot",
     "preset",
     "reference_dot",
     "round_fraction",
