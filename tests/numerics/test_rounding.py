@@ -337,7 +337,6 @@ def _engine_inputs(dtype: str, has_nan: bool) -> np.ndarray:
 
 
 def _engines_agree(fmt: Format, x: np.ndarray, rounding: str, saturation: str) -> None:
-    pytest.importorskip("numba")
     kw = {"rng": 5, "stochastic_bits": 6} if rounding.startswith("stochastic") else {}
     ref = round(x, fmt, rounding, saturation, engine="numpy", **kw)
     _assert_same(round(x, fmt, rounding, saturation, engine="numba", **kw), ref,
@@ -397,7 +396,6 @@ def test_memory_layouts(layout: str) -> None:
 def test_engine_choice_is_validated() -> None:
     with pytest.raises(FormatError, match="unknown engine"):
         round(np.ones(3), "e4m3", engine="fast")
-    pytest.importorskip("numba")
     with pytest.raises(FormatError, match="does not cover binary64"):
         round(np.ones(3), "binary64", engine="numba")
 

@@ -119,7 +119,11 @@ def _rounding_unit(rounding: str, p: int) -> Fraction:
 def step_error_model(model: UnitModel) -> StepErrorModel:
     """The per-step error of ``model``, counting the truncations it really makes.
 
-    For an interleaved unit this is the error of one of its two sub-steps.
+    For an interleaved unit this is the error of one of its two sub-steps; with
+    ``addend_last`` the final addition of ``c`` (correctly rounded to nearest) counts as one
+    more such step (its error, at most half an ulp, is below the step's). With ``zero_exp``
+    a zero term may set the alignment: its truncations add at most ``2^(zero_exp - F)``
+    each, absolutely (in ``eta``).
 
     Raises
     ------
@@ -128,7 +132,8 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
         finite bound exists.
     """
     if model.interleave:  # two fused sub-steps of half the products each
-        model = replace(model, fma=-(-model.fma // 2), interleave=False)
+        model = replace(model, fma=-(-model.fma // 2), interleave=False,
+                        interleave_pattern="odd_even")
     fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
                        get_format(model.output))
     F = model.window_bits
@@ -171,6 +176,9 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     if not model.subnormals_out:
         eta += _pow2(fout.emin)
     eta += eps * _pow2(facc.emin)
+    if model.zero_exp is not None and F is not None:
+        eta += (model.fma + 1) * _pow2(model.zero_exp - F)
+        notes.append(f"zero terms align at 2^{model.zero_exp}")
     if not model.subnormals_in:
         notes.append("inputs assumed normal or zero (the unit flushes subnormal inputs)")
     notes.append(f"final rounding {model.rounding} to p={fout.precision}")
@@ -194,7 +202,7 @@ def a_priori_bound(model: UnitModel, k: int) -> ErrorBound:
     if k < 1:
         raise SpecError(f"a dot product needs k >= 1 terms, got {k}")
     st = step_error_model(model)
-    S = -(-k // model.fma) * (2 if model.interleave else 1)
+    S = -(-k // model.fma) * ((2 if model.interleave else 1) + int(model.addend_last))
     grow = (1 + st.eps) ** S
     rel = grow - 1
     eta = S * st.eta * grow
@@ -326,6 +334,8 @@ def a_posteriori_bound(u: Unit | UnitModel, a: np.ndarray, b: np.ndarray,
 
 def _round_err(fmt: Format, mag: float) -> float:
     """Bound on the error of rounding (nearest-even) a value of size <= mag into fmt."""
+    if not math.isfinite(mag):
+        return math.inf
     if fmt.name == "binary64":
         return 0.0 if mag == 0 else float(mag) * 2.0**-53 * (1 + 2.0**-50)
     return float(_up(Fraction(mag) * _pow2(-fmt.precision)
@@ -334,21 +344,6 @@ def _round_err(fmt: Format, mag: float) -> float:
 
 def _node_bound(mag: float, err: float, detail: str) -> ErrorBound:
     return ErrorBound("propagated", 0.0, err, mag, detail=detail)
-
-
-def _contraction_length(graph: object, node: object) -> int:
-    from thrifty.graph.ops import normalize_einsum
-    types = [graph[i].type for i in node.inputs]  # type: ignore[index, attr-defined]
-    if node.op == "matmul":  # type: ignore[attr-defined]
-        return int(types[0].shape[-1])
-    if len(types) != 2:
-        raise SpecError(f"einsum with {len(types)} operands: only two-operand contractions "
-                        "are bounded")
-    spec, sizes = normalize_einsum(node.attrs["subscripts"],  # type: ignore[attr-defined]
-                                   [t.shape for t in types])
-    lhs, out = spec.split("->")
-    contracted = set(lhs.replace(",", "")) - set(out)
-    return int(np.prod([sizes[x] for x in contracted], dtype=np.int64)) if contracted else 1
 
 
 def propagate_bounds(graph: object, formats: Mapping[int | str, str], unit: Unit | None = None,
@@ -373,6 +368,8 @@ def propagate_bounds(graph: object, formats: Mapping[int | str, str], unit: Unit
     >>> bb[g.outputs[0]].magnitude
     8.0
     """
+    from thrifty.numerics.error_rules import NodeFacts, error_rule
+
     ranges = dict(ranges or {})
     missing = [n for n in graph.input_names if n not in ranges]  # type: ignore[attr-defined]
     if missing:
@@ -382,88 +379,21 @@ def propagate_bounds(graph: object, formats: Mapping[int | str, str], unit: Unit
     for node in graph:  # type: ignore[attr-defined]
         key = node.name if node.op == "input" and node.name in formats else node.id
         fmt = get_format(formats.get(key, formats.get(node.id, "binary64")))
+        rule = error_rule(node.op)
+        if rule.a_priori is None:
+            facts[node.id] = _node_bound(math.inf, math.inf, rule.a_priori_refused)
+            continue
         ins = [facts[i] for i in node.inputs]
-        m = [f.magnitude if f.magnitude is not None else math.inf for f in ins]
-        e = [f.absolute for f in ins]
-        op = node.op
-        if op == "input":
-            mag = float(ranges[node.name])
-            facts[node.id] = _node_bound(mag, _round_err(fmt, mag), f"input in {fmt.name}")
+        p = rule.a_priori(NodeFacts(
+            node.op, node.attrs, tuple(graph[i].type.shape for i in node.inputs),  # type: ignore[index]
+            [f.magnitude if f.magnitude is not None else math.inf for f in ins],
+            [f.absolute for f in ins], fmt, unit,
+            ranges[node.name] if node.op == "input" else None))
+        if p.final:
+            facts[node.id] = _node_bound(p.magnitude, p.error, p.detail)
             continue
-        if op == "const":
-            mag = float(np.max(np.abs(node.attrs["value"]))) if np.size(
-                node.attrs["value"]) else 0.0
-            facts[node.id] = _node_bound(mag, _round_err(fmt, mag), f"const in {fmt.name}")
-            continue
-        if op in ("add", "sub"):
-            mag = m[0] + m[1]
-            err = e[0] + e[1]
-        elif op == "mul":
-            mag = m[0] * m[1]
-            err = m[0] * e[1] + m[1] * e[0] + e[0] * e[1]
-        elif op in ("neg", "abs", "relu", "transpose") or (op == "max" and len(ins) == 1):
-            mag, err = m[0], e[0]
-        elif op == "where":
-            if e[0] != 0:
-                facts[node.id] = _node_bound(max(m[1], m[2]), math.inf,
-                                             "where: its condition is inexact and may flip")
-                continue
-            mag, err = max(m[1], m[2]), max(e[1], e[2])
-        elif op in ("lt", "le", "gt", "ge", "eq", "ne"):
-            if e[0] or e[1]:
-                facts[node.id] = _node_bound(1.0, math.inf,
-                                             f"{op}: a comparison of inexact values may flip")
-                continue
-            facts[node.id] = _node_bound(1.0, 0.0, f"{op} of exact values")
-            continue
-        elif op == "exp":
-            mag = math.exp(m[0])
-            err = mag * math.expm1(e[0])
-        elif op == "sigmoid":
-            mag, err = 1.0, e[0] / 4
-        elif op == "tanh":
-            mag, err = min(1.0, m[0]), e[0]
-        elif op == "sum":
-            shape = graph[node.inputs[0]].type.shape  # type: ignore[index]
-            axes = node.attrs.get("axis") or tuple(range(len(shape)))
-            n = int(np.prod([shape[a] for a in axes], dtype=np.int64)) if shape else 1
-            mag = n * m[0]
-            err = n * e[0] + float(_up(_gamma(max(n - 1, 0), _pow2(-fmt.precision))
-                                       * Fraction(n * (m[0] + e[0]))))
-        elif op in ("matmul", "einsum"):
-            try:
-                k = _contraction_length(graph, node)
-            except SpecError as exc:
-                facts[node.id] = _node_bound(math.inf, math.inf, str(exc))
-                continue
-            mag = k * m[0] * m[1]
-            if unit is None:
-                err = k * (m[0] * e[1] + m[1] * e[0] + e[0] * e[1])
-                err += float(_up(_gamma(k, _pow2(-fmt.precision))
-                                 * Fraction(k * (m[0] + e[0]) * (m[1] + e[1]))))
-            else:
-                md = unit.model
-                fin = get_format(md.input)
-                ea = e[0] + _round_err(fin, m[0] + e[0])
-                eb = e[1] + _round_err(fin, m[1] + e[1])
-                err = k * (m[0] * eb + m[1] * ea + ea * eb)
-                tiny = math.ldexp(1.0, fin.emin)
-                mu = k * (m[0] + ea + tiny) * (m[1] + eb + tiny)
-                ap = a_priori_bound(md, k)
-                err += ap.relative * mu + ap.absolute
-                if get_format(md.output).name != fmt.name:
-                    err += _round_err(fmt, mag + err)
-                facts[node.id] = _node_bound(mag, _up(Fraction(err) * (1 + _pow2(-50))),
-                                             f"{op} k={k} on {md.name} "
-                                             f"{md.input}->{md.output}, stored {fmt.name}")
-                continue
-        else:
-            facts[node.id] = _node_bound(math.inf, math.inf,
-                                         f"{op}: no error-propagation rule (needs a lower "
-                                         "bound on an operand or is not Lipschitz here)")
-            continue
-        err = err + _round_err(fmt, mag + err)
-        facts[node.id] = _node_bound(mag, _up(Fraction(err) * (1 + _pow2(-50)))
+        err = p.error + _round_err(fmt, p.magnitude + p.error)
+        facts[node.id] = _node_bound(p.magnitude, _up(Fraction(err) * (1 + _pow2(-50)))
                                      if math.isfinite(err) else math.inf,
-                                     f"{op}, stored {fmt.name}")
+                                     f"{p.detail}, stored {fmt.name}")
     return facts

@@ -12,9 +12,9 @@ Two engines give identical results: ``engine="numpy"``, the vectorised reference
 and ``engine="numba"``, the same algorithm compiled as one loop over the raw input bits
 (binary32, binary16 and bfloat16 inputs are read as they are; a branch-free loop handles
 the deterministic roundings and a general one the stochastic roundings and the rare
-special cases). ``"auto"`` (the default) takes the compiled loop for arrays of at least
-4096 elements when numba is installed. The tests compare the two on every format,
-rounding and saturation.
+special cases; :mod:`.rounding_fast` and :mod:`.rounding_jit`). ``"auto"`` (the default)
+takes the compiled loop for arrays of at least 4096 elements. The tests compare the two
+on every format, rounding and saturation.
 
 Rounding modes (IEEE 754-2019 §4.3, and IEEE P3109 Interim Report v4.0 for stochastic
 rounding, as in Graphcore's gfloat):
@@ -70,12 +70,12 @@ array([16256], dtype=uint16)
 from __future__ import annotations
 
 import functools
-import math
 from typing import Literal
 
 import numpy as np
 
 from thrifty.errors import FormatError
+from thrifty.numerics import rounding_fast
 from thrifty.numerics.formats import Format, get_format
 
 __all__ = ["ENGINES", "ROUNDINGS", "SATURATIONS", "STOCHASTIC", "decode", "encode", "round"]
@@ -86,7 +86,7 @@ Saturation = Literal["none", "finite", "propagate"]
 Engine = Literal["auto", "numpy", "numba"]
 
 #: Implementations: the vectorised numpy reference, the compiled loop, or "auto" (the
-#: compiled loop where numba is installed and the input has at least 4096 elements).
+#: compiled loop where the input has at least 4096 elements and a dtype it reads).
 ENGINES: tuple[str, ...] = ("auto", "numpy", "numba")
 _FAST_MIN_SIZE = 4096
 
@@ -330,15 +330,23 @@ def encode(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
 
 def _try_fast(xa: np.ndarray, fmt: Format, rounding: str, saturation: str, rng: object,
               stochastic_bits: int | None, engine: str, want_values: bool) -> np.ndarray | None:
+    """The compiled engine's result, or None where the numpy engine computes it."""
     if engine == "numpy" or (engine == "auto" and xa.size < _FAST_MIN_SIZE):
         return None
-    out = _fast_round(xa, fmt, rounding, saturation, rng, stochastic_bits, want_values)
-    if out is None and engine == "numba":
-        why = ("numba is not installed" if _compiled() is None else
-               f"the compiled kernel does not cover {fmt.name} with {xa.dtype} input")
-        raise FormatError(f"engine='numba' is unavailable: {why}; use engine='numpy' or "
-                          "'auto'")
-    return out
+    taken = rounding_fast.source_bits(xa, fmt)
+    if taken is None:
+        if engine == "numba":
+            raise FormatError(f"engine='numba' does not cover {fmt.name} with {xa.dtype} "
+                              "input; use engine='numpy' or 'auto'")
+        return None
+    raw, src = taken
+    rbits, nbits = None, 0
+    if rounding in STOCHASTIC:
+        rbits = _random_bits(xa.shape, rng, stochastic_bits, rounding).reshape(-1)
+        nbits = int(stochastic_bits)  # type: ignore[arg-type]
+    out = np.empty(raw.size) if want_values else np.empty(raw.size, dtype=_code_dtype(fmt))
+    rounding_fast.run(raw, src, fmt, rounding, saturation, rbits, nbits, out, want_values)
+    return out.reshape(xa.shape)
 
 
 @functools.lru_cache(maxsize=64)
@@ -449,372 +457,3 @@ def round(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
     if fmt.bits <= 16:
         return np.asarray(_decode_table(fmt)[codes.astype(np.intp)])
     return _decode_formula(codes, fmt)
-
-
-# ---- fast path: the same algorithm as one compiled loop (numba), used when available ----
-#
-# _encode_core above is the readable reference; _fast_kernel repeats it element by element
-# on the raw bits of the input (binary64, binary32, binary16 or bfloat16), so float32 input
-# is read as it is. Tests run both on every format, rounding and saturation.
-
-_MODES = {name: i for i, name in enumerate(ROUNDINGS)}
-_SATS = {name: i for i, name in enumerate(SATURATIONS)}
-_NAN_KIND = {"none": 0, "ieee": 1, "max_code": 2, "negative_zero": 3}
-_SOURCES = {  # dtype name -> (bits, fraction bits, exponent bits)
-    "float64": (64, 52, 11), "float32": (32, 23, 8), "float16": (16, 10, 5),
-    "bfloat16": (16, 7, 8)}
-
-
-def _fast_params(fmt: Format, rounding: str, saturation: str, nbits: int,
-                 src: tuple[int, int, int]) -> np.ndarray:
-    sbits, st, se = src
-    return np.array([
-        sbits, st, (1 << (se - 1)) - 1, (1 << se) - 1,                              # 0-3
-        fmt.mantissa_bits, fmt.precision, fmt.bias, fmt.emin,                       # 4-7
-        int(fmt.has_subnormals), int(fmt.precision == 1 and fmt.tie_parity == "code"),
-        _MODES[rounding], nbits, _SATS[saturation],                                 # 10-12
-        fmt.max_code, (1 << fmt.magnitude_bits) - 1 - fmt.num_high_nans,            # 13-14
-        int(fmt.has_inf), _NAN_KIND[fmt.nan], int(fmt.signed),                      # 15-17
-        int(fmt.has_negative_zero), int(fmt.twos_complement), fmt.bits,             # 18-20
-        (1 << fmt.magnitude_bits) - 1], dtype=np.int64)                             # 21
-
-
-def _fast_kernel_py(src, prm, rbits, specials, codes_out, values_out):  # pragma: no cover
-    """Round every element of ``src`` (raw float bits); write codes and/or values.
-
-    The common path is branch-free; NaN, infinity, overflow and the other special cases
-    take a rare branch. ``specials`` = [max finite, magnitude of the most negative finite,
-    smallest positive]. Returns the number of NaN inputs met by a format without NaN (the
-    caller raises).
-    """
-    sbits, st, sbias, semask = prm[0], prm[1], prm[2], prm[3]
-    t, p, bias, emin = prm[4], prm[5], prm[6], prm[7]
-    has_sub, tie_code, mode, nbits, sat = prm[8], prm[9], prm[10], prm[11], prm[12]
-    max_mag, inf_mag, has_inf, nan_kind, signed = prm[13], prm[14], prm[15], prm[16], prm[17]
-    has_nz, twos, bits, top = prm[18], prm[19], prm[20], prm[21]
-    want_codes = codes_out.size > 0
-    want_values = values_out.size > 0
-    one = np.int64(1)
-    fmask = (one << st) - 1
-    absmask = (one << (sbits - 1)) - 1 if sbits < 64 else np.int64(0x7FFFFFFFFFFFFFFF)
-    sp1_p = st + 1 - p
-    one_t = one << t
-    code_mask = (one << bits) - 1
-    unsigned = 1 - signed
-    nozero = 1 - has_sub
-    bad_nan = 0
-    for i in range(src.size):
-        ub = np.int64(src[i])
-        neg = (ub >> (sbits - 1)) & one
-        big_e = (ub >> st) & semask
-        f = ub & fmask
-        normal = np.int64(big_e != 0)
-        m = f | (normal << st)
-        e_scale = big_e - sbias + 1 - normal
-        e_eff = max(e_scale, emin) if has_sub == 1 else e_scale
-        shift = e_eff - e_scale + sp1_p
-        sh = min(shift, 62)
-        kept = m >> sh
-        rem = m & ((one << sh) - one)
-        half = (one << sh) >> 1
-        inexact = np.int64(rem != 0)
-        if tie_code == 1:
-            odd = np.int64(kept != 0) & ((e_eff + bias) & one)
-        else:
-            odd = kept & one
-        if mode == 0:
-            up = np.int64(rem > half) | (np.int64(rem == half) & inexact & odd)
-        elif mode == 1:
-            up = np.int64(rem >= half) & inexact
-        elif mode == 2:
-            up = np.int64(0)
-        elif mode == 3:
-            up = inexact & (one - neg)
-        elif mode == 4:
-            up = inexact & neg
-        elif mode == 5:
-            up = inexact & (one - odd)
-        else:
-            if shift <= nbits:
-                d = rem << (nbits - shift)
-                dshift = np.int64(0)
-            else:
-                dshift = min(shift - nbits, 62)
-                d = rem >> dshift
-            if mode != 8 and dshift > 0:
-                low = rem & ((one << dshift) - one)
-                dhalf = one << (dshift - 1)
-                d_odd = (d & one) == 1
-                if low > dhalf or (low == dhalf and (d_odd if mode == 6 else not d_odd)):
-                    d += 1
-            up = np.int64(d + np.int64(rbits[i]) >= (one << nbits))
-        kept += up
-        mag = ((e_eff + bias) << t) + kept - one_t
-        limit = max_mag + (twos & neg)
-        rare = (np.int64(big_e == semask) | np.int64(mag > limit)
-                | (unsigned & neg & np.int64((ub & absmask) != 0))
-                | (nozero & np.int64(e_scale < emin))
-                | (nozero & np.int64((ub & absmask) == 0)))
-        if rare == 0:
-            if want_codes:
-                if twos == 1:
-                    code = ((-mag) & code_mask) if neg == 1 else mag
-                else:
-                    code = mag | ((neg & (has_nz | np.int64(mag != 0))) << (bits - 1))
-                codes_out[i] = code
-            if want_values:
-                v = math.ldexp(np.float64(kept), e_eff - p + 1)
-                values_out[i] = -v if (neg == 1 and (has_nz == 1 or kept != 0)) else v
-            continue
-        # ---- rare: NaN, infinity, overflow, unsigned negatives, no-zero formats ----
-        make_nan = False
-        is_zero = (ub & absmask) == 0
-        if big_e == semask and f != 0:
-            if nan_kind == 0:
-                bad_nan += 1
-                mag = 0
-            else:
-                make_nan = True
-        elif big_e == semask:
-            if (nan_kind == 0 and has_inf == 0) or sat == 1:
-                mag = limit
-            elif has_inf == 1:
-                mag = inf_mag
-            else:
-                make_nan = True
-        elif mag > limit:
-            if sat != 0 or (nan_kind == 0 and has_inf == 0) or mode == 2 or mode == 5 \
-                    or (mode == 3 and neg == 1) or (mode == 4 and neg == 0):
-                mag = limit
-            elif has_inf == 1:
-                mag = inf_mag
-            else:
-                make_nan = True
-        elif nozero == 1 and e_scale < emin:
-            mag = 0
-        if unsigned == 1 and ((neg == 1 and not is_zero) or (is_zero and nozero == 1)):
-            make_nan = True
-        if make_nan:
-            if nan_kind == 3:
-                code = one << (bits - 1)
-            elif unsigned == 1:
-                code = top
-            elif nan_kind == 1:
-                code = (inf_mag | (one << (t - 1))) | (neg << (bits - 1))
-            else:
-                code = top | (neg << (bits - 1))
-            v = np.nan
-        else:
-            if mag == limit:
-                v = specials[1] if neg == 1 else specials[0]
-            elif has_inf == 1 and mag == inf_mag:
-                v = np.inf
-            elif nozero == 1 and mag == 0:
-                v = specials[2]
-            else:
-                v = 0.0
-            if unsigned == 1:
-                code = mag
-            elif twos == 1:
-                code = ((-mag) & code_mask) if neg == 1 else mag
-            else:
-                code = mag | (neg << (bits - 1))
-            if neg == 1 and unsigned == 0:
-                v = -v
-        if want_codes:
-            codes_out[i] = code
-        if want_values:
-            values_out[i] = v
-    return bad_nan
-
-
-def _hot_consts_py(prm):  # pragma: no cover
-    """Loop constants of the hot kernels, derived once from ``prm``."""
-    sbits, st, sbias, semask = prm[0], prm[1], prm[2], prm[3]
-    t, p, bias, emin, has_sub, tie_code, mode = (prm[4], prm[5], prm[6], prm[7], prm[8],
-                                                 prm[9], prm[10])
-    one = np.int64(1)
-    absmask = (one << (sbits - 1)) - 1 if sbits < 64 else np.int64(0x7FFFFFFFFFFFFFFF)
-    emin_sub = emin if has_sub == 1 else np.int64(-(1 << 40))
-    return (sbits, st, sbias, semask, t, p, bias, emin, emin_sub, (one << st) - 1, absmask,
-            st + 1 - p, one << t, 1 - prm[17], 1 - has_sub, tie_code,
-            np.int64(mode == 0), np.int64(mode == 1), np.int64(mode == 3),
-            np.int64(mode == 4), np.int64(mode == 5), prm[13], prm[19])
-
-
-def _hot_core_py(ub, c):  # pragma: no cover
-    """One element of the deterministic roundings, without branches.
-
-    Returns (neg, kept, e_eff, mag, rare): the sign, the rounded significand and its
-    exponent, the magnitude code, and whether the element needs the general kernel.
-    """
-    (sbits, st, sbias, semask, t, p, bias, emin, emin_sub, fmask, absmask, sp1_p, one_t,
-     unsigned, nozero, tie_c, c_ne, c_na, c_up, c_dn, c_odd, max_mag, twos) = c
-    one = np.int64(1)
-    neg = (ub >> (sbits - 1)) & one
-    big_e = (ub >> st) & semask
-    f = ub & fmask
-    normal = np.int64(big_e != 0)
-    m = f | (normal << st)
-    e_scale = big_e - sbias + 1 - normal
-    e_eff = max(e_scale, emin_sub)
-    shift = min(e_eff - e_scale + sp1_p, 62)
-    kept = m >> shift
-    rem = m & ((one << shift) - one)
-    half = (one << shift) >> 1
-    inexact = np.int64(rem != 0)
-    odd = (tie_c & np.int64(kept != 0) & ((e_eff + bias) & one)) | ((one - tie_c) & kept & one)
-    up = inexact & ((c_ne & (np.int64(rem > half) | (np.int64(rem == half) & odd)))
-                    | (c_na & np.int64(rem >= half)) | (c_up & (one - neg))
-                    | (c_dn & neg) | (c_odd & (one - odd)))
-    kept += up
-    mag = max(((e_eff + bias) << t) + kept - one_t, 0)
-    nz = np.int64((ub & absmask) != 0)
-    rare = (np.int64(big_e == semask) | np.int64(mag > max_mag + (twos & neg))
-            | (unsigned & neg & nz) | (nozero & (np.int64(e_scale < emin) | (one - nz))))
-    return neg, kept, e_eff, mag, rare
-
-
-def _same_range_py(src, prm, codes_out, values_out):  # pragma: no cover
-    """Deterministic rounding from binary32 to a format with binary32's exponent field
-    (bfloat16, TF32): drop fraction bits, and the carry of rounding up runs into the
-    exponent and on to infinity by itself, as IEEE 754 overflow asks."""
-    st, t, mode, sat = prm[1], prm[4], prm[10], prm[12]
-    max_mag, inf_mag, bits = prm[13], prm[14], prm[20]
-    one = np.int64(1)
-    d = st - t
-    dmask = (one << d) - one
-    half = one << (d - 1)
-    inf_bits = inf_mag << d
-    quiet = inf_mag | (one << (t - 1))
-    c_ne, c_na = np.int64(mode == 0), np.int64(mode == 1)
-    c_up, c_dn, c_odd = np.int64(mode == 3), np.int64(mode == 4), np.int64(mode == 5)
-    want_codes = codes_out.size > 0
-    for i in range(src.size):
-        u = np.int64(src[i])
-        a = u & np.int64(0x7FFFFFFF)
-        neg = (u >> 31) & one
-        kept = a >> d
-        low = a & dmask
-        odd = kept & one
-        inexact = np.int64(low != 0)
-        up = inexact & ((c_ne & (np.int64(low > half) | (np.int64(low == half) & odd)))
-                        | (c_na & np.int64(low >= half)) | (c_up & (one - neg))
-                        | (c_dn & neg) | (c_odd & (one - odd)))
-        mag = kept + up
-        finite = np.int64(a < inf_bits)
-        if sat == 1 or (sat == 2 and finite == 1):
-            mag = min(mag, max_mag)
-        if a > inf_bits:
-            mag = quiet
-        code = mag | (neg << (bits - 1))
-        if want_codes:
-            codes_out[i] = code
-        else:
-            values_out[i] = np.float64(np.uint32(code << d).view(np.float32))
-
-
-# pure-Python bindings; _compiled() rebinds both names to their compiled versions
-_hot_consts = _hot_consts_py
-_hot_core = _hot_core_py
-
-
-def _hot_codes_py(src, prm, codes_out, flags):  # pragma: no cover
-    """Codes of the deterministic roundings for ordinary elements; ``flags[i] = 1`` where
-    an element needs :func:`_fast_kernel_py` (NaN, infinity, overflow, unsigned negatives,
-    formats without zero). Returns the number of flagged elements."""
-    c = _hot_consts(prm)
-    has_nz, twos, bits = prm[18], prm[19], prm[20]
-    one = np.int64(1)
-    code_mask = (one << bits) - 1
-    nrare = 0
-    for i in range(src.size):
-        neg, kept, e_eff, mag, rare = _hot_core(np.int64(src[i]), c)
-        tw = ((-mag) & code_mask) * neg + mag * (one - neg)
-        sm = mag | ((neg & (has_nz | np.int64(mag != 0))) << (bits - 1))
-        codes_out[i] = tw * twos + sm * (one - twos)
-        flags[i] = rare
-        nrare += rare
-    return nrare
-
-
-def _hot_values_py(src, prm, values_out, flags):  # pragma: no cover
-    """Values of the deterministic roundings, as :func:`_hot_codes_py` does codes."""
-    c = _hot_consts(prm)
-    p, has_nz = prm[5], prm[18]
-    nrare = 0
-    for i in range(src.size):
-        neg, kept, e_eff, mag, rare = _hot_core(np.int64(src[i]), c)
-        # kept * 2**(e_eff - p + 1), the power of two built from its bits (exponent clamped
-        # for flagged elements, whose value is rewritten later)
-        pow2 = np.int64(min(max(e_eff - p + 1 + 1023, 1), 2046) << 52).view(np.float64)
-        v = np.float64(np.float64(np.int32(kept)) * pow2)
-        flip = neg & (has_nz | np.int64(kept != 0))
-        values_out[i] = np.int64(v.view(np.int64) | (flip << 63)).view(np.float64)
-        flags[i] = rare
-        nrare += rare
-    return nrare
-
-
-@functools.cache
-def _compiled() -> tuple | None:
-    """The numba-compiled kernels, or None where numba is not installed."""
-    try:
-        import numba
-    except ImportError:
-        return None
-    jit = numba.njit(nogil=True, cache=True, boundscheck=False)
-    # the hot kernels call these two by their global names: bind the compiled versions
-    # (owned here, set once) before compiling the kernels
-    globals()["_hot_consts"] = jit(_hot_consts_py)
-    globals()["_hot_core"] = numba.njit(nogil=True, cache=True, inline="always")(_hot_core_py)
-    return (jit(_fast_kernel_py), jit(_hot_codes_py), jit(_hot_values_py),
-            jit(_same_range_py))
-
-
-def _fast_round(x: np.ndarray, fmt: Format, rounding: str, saturation: str, rng: object,
-                stochastic_bits: int | None, want_values: bool) -> np.ndarray | None:
-    """Run the compiled kernel; None when it cannot (no numba, or an unusual input)."""
-    kernels = _compiled()
-    if kernels is None or fmt.bits > 32 or not fmt.signed and fmt.bits > 16:
-        return None
-    name = x.dtype.name
-    if name not in _SOURCES:
-        return None
-    if not x.dtype.isnative:
-        x = x.astype(x.dtype.newbyteorder("="))
-    src = _SOURCES[name]
-    if name != "float64" and (fmt.emin < 2 - (1 << (src[2] - 1)) or fmt.precision > src[1] + 1):
-        x, src = x.astype(np.float64), _SOURCES["float64"]
-    raw = np.ascontiguousarray(x).reshape(-1).view({64: np.uint64, 32: np.uint32,
-                                                    16: np.uint16}[src[0]])
-    nbits = 0
-    rbits = np.zeros(1, dtype=np.uint64)
-    if rounding in STOCHASTIC:
-        rbits = _random_bits(x.shape, rng, stochastic_bits, rounding).reshape(-1)
-        nbits = int(stochastic_bits)  # type: ignore[arg-type]
-    prm = _fast_params(fmt, rounding, saturation, nbits, src)
-    specials = np.array([fmt.max_finite, -fmt.min_finite, fmt.smallest_positive])
-    empty_c, empty_v = np.zeros(0, dtype=_code_dtype(fmt)), np.zeros(0)
-    out = np.empty(raw.size) if want_values else np.empty(raw.size, dtype=_code_dtype(fmt))
-    codes, values = (empty_c, out) if want_values else (out, empty_v)
-    if rounding in STOCHASTIC:
-        bad = kernels[0](raw, prm, rbits, specials, codes, values)
-    elif (src[0] == 32 and fmt.exponent_bits == 8 and fmt.bias == 127 and fmt.nan == "ieee"
-          and fmt.has_inf and fmt.signed and fmt.mantissa_bits >= 1):
-        kernels[3](raw, prm, codes, values)
-        bad = 0
-    else:
-        flags = np.empty(raw.size, dtype=np.uint8)
-        bad = 0
-        hot = kernels[2] if want_values else kernels[1]
-        if hot(raw, prm, out, flags):
-            idx = np.flatnonzero(flags)
-            sub = np.empty(idx.size, dtype=out.dtype)
-            sub_c, sub_v = (empty_c, sub) if want_values else (sub, empty_v)
-            bad = kernels[0](raw[idx], prm, rbits, specials, sub_c, sub_v)
-            out[idx] = sub
-    if bad:
-        raise FormatError(f"{fmt.name} has no NaN, and the input holds {bad} NaN(s); "
-                          "remove them or choose a format with NaN")
-    return out.reshape(x.shape)

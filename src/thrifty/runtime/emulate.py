@@ -254,19 +254,8 @@ _UNIT_FORMS = {"row_segments": _unit_row_segments, "spmv": _unit_spmv, "sddmm": 
                "reference": _unit_gemm}
 
 
-def _abs(x: Any) -> Any:
-    return abs(x) if sp.issparse(x) else np.abs(x)
-
-
 def _dense_of(x: Any) -> np.ndarray:
     return x.toarray() if sp.issparse(x) else np.asarray(x)
-
-
-def _nonneg_matmul(a: Any, b: Any, k: int) -> np.ndarray:
-    """An upper bound of ``a @ b`` for nonnegative ``a``, ``b`` despite float64 rounding."""
-    out = a @ b
-    out = _dense_of(out)
-    return np.asarray(out * (1 + (k + 2) * 2.0**-52), dtype=np.float64)
 
 
 def _rounding_error(before: Any, after: Any) -> Any:
@@ -277,23 +266,10 @@ def _rounding_error(before: Any, after: Any) -> Any:
 
 
 def _unit_product_bound(unit: Any, a: Any, b: Any, Ea: Any, Eb: Any) -> np.ndarray:
-    from thrifty.numerics.bounds import a_priori_bound
-    from thrifty.numerics.formats import get_format
+    """The certified rule of a product on the unit (numerics.error_rules)."""
+    from thrifty.numerics.error_rules import unit_product_bound
 
-    k = a.shape[1]
-    step = a_priori_bound(unit.model, k)
-    tiny = 2.0 ** get_format(unit.model.input).emin
-    if sp.issparse(a):
-        amag = sp.csr_array(a, copy=True)
-        amag.data = np.maximum(np.abs(amag.data), tiny)
-    else:
-        amag = np.where(a != 0, np.maximum(np.abs(a), tiny), 0.0)
-    bmag = np.where(b != 0, np.maximum(np.abs(b), tiny), 0.0)
-    mu = _nonneg_matmul(amag, bmag, k)
-    E = mu * step.relative + step.absolute
-    E = E + _nonneg_matmul(_abs(a), Eb, k) + _nonneg_matmul(Ea, np.abs(b), k) \
-        + _nonneg_matmul(Ea, Eb, k)
-    return np.asarray(E * (1 + 2.0**-50))
+    return unit_product_bound(unit, a, b, Ea, Eb)
 
 
 def _round_operand(a: Any, fmt: str) -> Any:
@@ -307,29 +283,14 @@ def _round_operand(a: Any, fmt: str) -> Any:
     return fround(np.asarray(a, dtype=np.float64), fmt, saturation="finite")
 
 
-_LIPSCHITZ_1 = ("relu", "neg", "abs")
-
-
 def _propagate_error(op: str, node_attrs: Any, vals: list[Any], errs: list[Any]) -> Any:
-    """E of an exactly computed op (before its result is rounded), or None: no rule."""
-    if op == "const":
-        return np.zeros(())
-    if op in _LIPSCHITZ_1:
-        return errs[0]
-    if op == "sum":
-        e = _dense_of(errs[0])
-        k = max(1, e.size)
-        return np.sum(e, axis=tuple(node_attrs["axis"]),
-                      keepdims=node_attrs["keepdims"]) * (1 + (k + 2) * 2.0**-52)
-    if op == "transpose":
-        return errs[0].T if sp.issparse(errs[0]) else np.transpose(errs[0], node_attrs["axes"])
-    if op in ("add", "sub"):
-        return (_dense_of(errs[0]) + _dense_of(errs[1])) * (1 + 2.0**-51)
-    if op == "mul":
-        a, b = (_dense_of(v) for v in vals)
-        ea, eb = (_dense_of(e) for e in errs)
-        return (np.abs(a) * eb + ea * np.abs(b) + ea * eb) * (1 + 2.0**-50)
-    return None
+    """E of an exactly computed op (before its result is rounded), or None: no rule.
+
+    The rules are the certified ones of :data:`thrifty.numerics.error_rules.ERROR_RULES`.
+    """
+    from thrifty.numerics.error_rules import certified_error
+
+    return certified_error(op, node_attrs, vals, errs)
 
 
 def default_formats(graph: Graph, unit: Any) -> dict[int | str, str]:

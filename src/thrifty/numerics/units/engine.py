@@ -1,0 +1,232 @@
+"""The :class:`Unit`: a :class:`UnitModel` with batched ``dot``/``matmul`` executors.
+
+Two engines compute the same bits: the vectorised numpy engine (exact integer arrays,
+:mod:`.exact`) and the compiled engine (:mod:`.kernels`, numba loops, loaded on first
+use); :func:`thrifty.numerics.units.reference_dot` is the plain specification both are
+tested against.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from thrifty.errors import FormatError
+from thrifty.numerics.formats import get_format
+from thrifty.numerics.units.exact import (
+    _add_last,
+    _as_terms,
+    _check_values,
+    _halves,
+    _Terms,
+    _truncate_bits,
+    _window,
+    decompose,
+    round_scaled,
+)
+from thrifty.numerics.units.kernels import compiled_eligible, compiled_kernels, kernel_params
+from thrifty.numerics.units.model import UnitModel
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """A matrix unit: a :class:`UnitModel` with batched ``dot``/``matmul`` executors.
+
+    Example
+    -------
+    >>> import numpy as np
+    >>> from thrifty.numerics.units import unit
+    >>> u = unit("v100", input="fp16", output="fp32")
+    >>> a = np.array([1.0, 2.0**-24, 0, 0]); b = np.ones(4)
+    >>> float(u.dot(a, b, 0.0)) == 1.0   # 2^-24 falls out of V100's 23-bit window
+    True
+    """
+
+    model: UnitModel
+
+    @property
+    def name(self) -> str:
+        return self.model.name
+
+    # -- one fused step on decomposed inputs ------------------------------------------
+    def _step(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
+              c: np.ndarray) -> np.ndarray:
+        """``d = c + sum_j a_j b_j`` over the last axis (length <= fma), one step.
+
+        An interleaved step is two fused sub-steps on the two halves of the products
+        (``interleave_pattern``); with ``addend_last`` they start from zero and ``c`` is
+        added last (see :mod:`thrifty.numerics.units`).
+        """
+        md = self.model
+        c0 = np.zeros_like(c) if md.addend_last else c
+        if md.interleave:
+            first, second = _halves(pa[0].shape[-1], md.interleave_pattern)
+            d = self._fused(tuple(x[..., first] for x in pa), tuple(x[..., first] for x in pb),
+                            c0)
+            d = self._fused(tuple(x[..., second] for x in pa),
+                            tuple(x[..., second] for x in pb), d)
+        else:
+            d = self._fused(pa, pb, c0)
+        if md.addend_last:
+            d = _add_last(d, c, get_format(md.output), md.subnormals_out)
+        return d
+
+    def _fused(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
+               c: np.ndarray) -> np.ndarray:
+        md = self.model
+        fin, facc, fout = (get_format(md.input), get_format(md.accumulator),
+                           get_format(md.output))
+        ma, ea, na = pa
+        mb, eb, nb = pb
+        shift = 2 * (fin.precision - 1)
+        prod = _Terms(ma * mb, ea + eb - shift, ea + eb, na ^ nb)
+        finite = np.isfinite(c)
+        cm, ce, cn = decompose(np.where(finite, c, 0.0), facc, md.subnormals_in, "addend c")
+        cterm = _Terms(cm[..., None], (ce - (facc.precision - 1))[..., None], ce[..., None],
+                       cn[..., None])
+        F = md.window_bits
+        if md.c_in_alignment:
+            cat = _Terms(*(np.concatenate([getattr(prod, f), getattr(cterm, f)], axis=-1)
+                           for f in ("m", "x", "e", "neg")))
+            S, L = _window(cat, F, md.shifted_out, md.zero_exp)
+        else:
+            pt = _as_terms(*_window(prod, F, md.shifted_out))
+            two = _Terms(*(np.concatenate([getattr(pt, f), getattr(cterm, f)], axis=-1)
+                           for f in ("m", "x", "e", "neg")))
+            S, L = _window(two, F, md.late_shifted_out)
+        if md.carry_bits is not None and F is not None:
+            width = F + 2 + md.carry_bits + (1 if md.shifted_out == "sticky" else 0)
+            mag = np.abs(S) % (np.ones_like(S) << width)
+            S = np.where(S < 0, -mag, mag)
+        if md.normalize_bits is not None:
+            S = _truncate_bits(S, L, md.normalize_bits, fout.emin)
+        d = round_scaled(S, L, fout, md.rounding, md.subnormals_out)
+        if md.positive_zero:
+            d = d + 0.0  # -0 + 0 = +0
+        return np.where(finite, d, c)
+
+    # -- public API ---------------------------------------------------------------------
+    def dot(self, a: object, b: object, c: object = 0.0, *,
+            engine: str = "auto") -> np.ndarray:
+        """Batched dot products ``c + sum_i a_i b_i`` over the last axis, step by step.
+
+        ``a`` and ``b`` have shape ``(..., K)`` with values of the input format; ``c`` is
+        broadcast to ``(...)`` and holds values of the output format. Returns float64
+        values of the output format. NaN/Inf inputs follow IEEE rules (any NaN or
+        ``inf - inf`` gives NaN, otherwise the infinity). ``engine``: ``"numpy"`` (the
+        vectorised path), ``"compiled"`` (numba loops; finite windows with ``c`` in the
+        alignment) or ``"auto"`` (compiled where possible).
+        """
+        use_compiled = self._use_compiled(engine)
+        A = np.asarray(a, dtype=np.float64)
+        B = np.asarray(b, dtype=np.float64)
+        try:
+            A, B = np.broadcast_arrays(A, B)
+        except ValueError:
+            raise FormatError(f"dot needs a and b of broadcastable shapes (..., K); got "
+                              f"{A.shape} and {B.shape}") from None
+        if A.ndim == 0 or A.shape[-1] == 0:
+            raise FormatError(f"dot needs vectors of length K >= 1 on the last axis; got "
+                              f"shape {A.shape}")
+        C = np.broadcast_to(np.asarray(c, dtype=np.float64), A.shape[:-1]).copy()
+        fout = get_format(self.model.output)
+        _check_values(C, fout, "addend c")
+        special, value = _specials(A, B, C)
+        fine = np.isfinite(A) & np.isfinite(B) & ~special[..., None]
+        A = np.where(fine, A, 0.0)
+        B = np.where(fine, B, 0.0)
+        fin = get_format(self.model.input)
+        shape, K = C.shape, A.shape[-1]
+        pa = decompose(A.reshape(-1, K), fin, self.model.subnormals_in, "a")
+        pb = decompose(B.reshape(-1, K), fin, self.model.subnormals_in, "b")
+        c0 = np.where(special, 0.0, C).reshape(-1)
+        if use_compiled:
+            kernels = compiled_kernels()
+            ip, maxfin = kernel_params(self.model)
+            flat = np.empty(c0.shape)
+            kernels[0](*(np.ascontiguousarray(x) for x in pa + pb), c0, flat, ip, maxfin)
+        else:
+            flat = self._chain(pa, pb, c0)
+        return np.where(special, value, flat.reshape(shape))
+
+    def _use_compiled(self, engine: str) -> bool:
+        if engine not in ("auto", "numpy", "compiled"):
+            raise FormatError(f"engine {engine!r}; valid: auto, numpy, compiled")
+        if engine == "numpy":
+            return False
+        ok = compiled_eligible(self.model)
+        if engine == "compiled" and not ok:
+            raise FormatError(f"unit {self.name!r}: the compiled engine needs a finite "
+                              "window with c in the alignment; use engine='numpy'")
+        return ok
+
+    def _chain(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
+               c: np.ndarray) -> np.ndarray:
+        f = self.model.fma
+        K = pa[0].shape[-1]
+        steps = max(1, -(-K // f))
+        pad = steps * f - K
+        if pad:
+            pa = tuple(np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], -1)
+                       for x in pa)
+            pb = tuple(np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], -1)
+                       for x in pb)
+        for s in range(steps):
+            sl = slice(s * f, (s + 1) * f)
+            c = self._step(tuple(x[..., sl] for x in pa), tuple(x[..., sl] for x in pb), c)
+        return c
+
+    def matmul(self, A: object, B: object, C: object = None, *,
+               block_rows: int | None = None, engine: str = "auto") -> np.ndarray:
+        """``D = C + A @ B`` as the unit computes it.
+
+        Each ``D[i, j]`` is the recursive sequence of steps over ``k`` in chunks of
+        ``fma`` (``c_0 = C[i, j]``), exactly as :meth:`dot` on row ``i`` of ``A`` and
+        column ``j`` of ``B``. The numpy engine processes rows in blocks to bound memory;
+        the compiled engine runs the (i, j) loops in parallel threads.
+        """
+        use_compiled = self._use_compiled(engine)
+        A = np.asarray(A, dtype=np.float64)
+        B = np.asarray(B, dtype=np.float64)
+        if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
+            raise FormatError(f"matmul needs A (m, k) and B (k, n); got {A.shape} and "
+                              f"{B.shape}")
+        m, k = A.shape
+        n = B.shape[1]
+        C = np.zeros((m, n)) if C is None else np.broadcast_to(
+            np.asarray(C, dtype=np.float64), (m, n))
+        if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
+            return self.dot(A[:, None, :], np.broadcast_to(B.T[None], (m, n, k)), C,
+                            engine=engine)
+        fin = get_format(self.model.input)
+        _check_values(C, get_format(self.model.output), "addend C")
+        pa = decompose(A, fin, self.model.subnormals_in, "A")
+        pb = tuple(x.T for x in decompose(B, fin, self.model.subnormals_in, "B"))
+        if use_compiled:
+            kernels = compiled_kernels()
+            ip, maxfin = kernel_params(self.model)
+            out = np.empty((m, n))
+            kernels[1](*(np.ascontiguousarray(x) for x in pa + pb),
+                       np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
+            return out
+        rows = block_rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
+        out = np.empty((m, n))
+        for i0 in range(0, m, rows):
+            i1 = min(m, i0 + rows)
+            ba = tuple(np.broadcast_to(x[i0:i1, None, :], (i1 - i0, n, k)) for x in pa)
+            bb = tuple(np.broadcast_to(x[None, :, :], (i1 - i0, n, k)) for x in pb)
+            out[i0:i1] = self._chain(ba, bb, np.array(C[i0:i1], dtype=np.float64))
+        return out
+
+
+def _specials(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``(mask, value)``: where a NaN/Inf input decides the result, and that result."""
+    with np.errstate(invalid="ignore"):
+        prods = A * B
+    anynan = np.isnan(prods).any(-1) | np.isnan(C)
+    pinf = (prods == np.inf).any(-1) | (C == np.inf)
+    ninf = (prods == -np.inf).any(-1) | (C == -np.inf)
+    value = np.where(anynan | (pinf & ninf), np.nan, np.where(pinf, np.inf, -np.inf))
+    return anynan | pinf | ninf, value
+

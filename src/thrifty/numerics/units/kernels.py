@@ -1,0 +1,60 @@
+"""The compiled engine's parameters and its lazily compiled kernels.
+
+The kernels (:mod:`.compiled`) compute the same step as the numpy engine, as scalar integer
+loops jitted with numba; they are compiled on first use by :func:`compiled_kernels` (a
+cached loader: importing this module imports neither numba nor the kernels). A model's
+parameters travel to them as one int64 vector (:func:`kernel_params`).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+
+import numpy as np
+
+from thrifty.numerics.formats import get_format
+from thrifty.numerics.units.model import UnitModel
+
+# Integer parameters of a model, in this order (``kernel_params``):
+P_FMA, P_F, P_SHIFT, P_MODE, P_CARRY, P_NORM, P_RND, P_SUBIN, P_SUBOUT, \
+    P_INTER, P_PACC, P_EMINACC, P_POUT, P_EMINOUT, P_EMAXOUT, P_INF, P_ZEXP, P_ADDLAST, \
+    P_POSZERO = range(19)
+MODES = {"truncate": 0, "round_down": 1, "sticky": 2}
+RNDS = {"toward_zero": 0, "nearest_even": 1, "up": 2, "down": 3}
+#: ``P_INTER``: one fused step, odd/even halves, halves in pairs (``j mod 4 < 2`` first).
+INTER = {None: 0, "odd_even": 1, "pairs": 2}
+#: ``P_ZEXP`` of a model without ``zero_exp`` (zero terms never win the alignment).
+NO_ZERO_EXP = -(1 << 40)
+
+
+def kernel_params(md: UnitModel) -> tuple[np.ndarray, float]:
+    """``(ip, max_finite)``: the model as the kernels read it."""
+    fin, facc, fout = (get_format(md.input), get_format(md.accumulator),
+                       get_format(md.output))
+    p = np.array([md.fma, md.window_bits, 2 * (fin.precision - 1), MODES[md.shifted_out],
+                  -1 if md.carry_bits is None else md.carry_bits, md.normalize_bits or 0,
+                  RNDS[md.rounding], int(md.subnormals_in), int(md.subnormals_out),
+                  INTER[md.interleave_pattern if md.interleave else None], facc.precision,
+                  facc.emin, fout.precision, fout.emin, fout.emax, int(fout.has_inf),
+                  NO_ZERO_EXP if md.zero_exp is None else md.zero_exp, int(md.addend_last),
+                  int(md.positive_zero)], dtype=np.int64)
+    return p, float(fout.max_finite)
+
+
+def compiled_eligible(md: UnitModel) -> bool:
+    """Models the compiled kernel computes: a finite window narrow enough for int64."""
+    F = md.window_bits
+    return F is not None and md.c_in_alignment and F + 8 + md.fma.bit_length() < 60
+
+
+@functools.cache
+def compiled_kernels() -> tuple[Callable[..., None], Callable[..., None]]:
+    """The ``(dots, gemm)`` kernels, imported (and so jitted lazily) on first call."""
+    from thrifty.numerics.units import compiled
+
+    return compiled.dots_kernel, compiled.gemm_kernel
+
+
+#: Former private name, kept for the tests and benchmarks that import it.
+_compiled_eligible = compiled_eligible
