@@ -139,6 +139,42 @@ class TaskGraph:
                 raise GraphError(f"{name}: results name unknown buffers {unknown!r}")
         self.results: frozenset[BufferId] = res
 
+    # -- networkx --------------------------------------------------------------------------
+    @classmethod
+    def from_networkx(cls, G: Any, size: str | None = None, time: str | None = None,
+                      name: str | None = None) -> TaskGraph:
+        """The TaskGraph of a networkx DiGraph whose node ``v`` is a task writing buffer ``v``.
+
+        ``size``/``time`` name the node attributes of the output's bytes and the task's time
+        (default: ``cost_ram``/``cost_cpu`` or ``out_cost``/``duration``, as the first node
+        has); an edge ``u -> v`` makes ``v`` read ``u``; other node attributes go to
+        :attr:`Task.attrs`. See :func:`thrifty.graph.taskgraph_io.taskgraph_from_networkx`.
+
+        Example
+        -------
+        >>> import networkx as nx
+        >>> G = nx.DiGraph([("a", "b")])
+        >>> nx.set_node_attributes(G, {"a": 8, "b": 4}, "cost_ram")
+        >>> nx.set_node_attributes(G, 1.0, "cost_cpu")
+        >>> g = TaskGraph.from_networkx(G)
+        >>> g.order, g.tasks["b"].reads, g.buffers["a"].size
+        (('a', 'b'), ('a',), 8)
+        """
+        from thrifty.graph.formats.nx import from_networkx
+
+        return from_networkx(G, size, time, name)[0]
+
+    def to_networkx(self, shape: str = "checkmate") -> Any:
+        """A networkx DiGraph with one node per task, in the ``"checkmate"`` (``cost_ram``,
+        ``cost_cpu``) or ``"layered"`` (``out_cost``, ``duration``) attribute shape.
+
+        Every task must write exactly one buffer with its own id, with no inputs,
+        workspaces or kernels; :meth:`from_networkx` reads the result back equal.
+        """
+        from thrifty.graph.formats.nx import to_networkx
+
+        return to_networkx(self, shape)
+
     # -- structure -------------------------------------------------------------------------
     def predecessors(self, task: TaskId) -> tuple[TaskId, ...]:
         """Tasks that produce a buffer ``task`` reads (each once)."""
