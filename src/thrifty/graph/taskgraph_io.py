@@ -120,8 +120,9 @@ def _from_json_text(text: str, p: Path) -> TaskGraphFile:
     except json.JSONDecodeError as exc:
         raise FileFormatError(p, f"invalid JSON: {exc.msg} (column {exc.colno})",
                               exc.lineno) from None
-    except ValueError as exc:  # e.g. an integer of more digits than Python converts
-        raise FileFormatError(p, f"invalid JSON: {exc}") from None
+    except ValueError as exc:  # an integer of more digits than Python converts
+        raise FileFormatError(p, "a number in the file has more digits than Python reads "
+                              f"({str(exc).split(':', 1)[0]})") from None
     if isinstance(data, dict) and data.get("format") == FORMAT_NAME:
         return taskgraph_from_json(data, path=p)
     if isinstance(data, dict) and "nodes" in data:

@@ -21,8 +21,10 @@ from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 #: :attr:`TaskGraphFile.format` reports).
 FORMATS: tuple[str, ...] = ("thrifty", "checkmate", "layered", "dot")
 
-MAX_BYTES = 2**63 - 1
-"""The largest size or workspace a file may give (8 EiB: what a signed 64-bit count holds)."""
+MAX_BYTES = 2**60
+"""The largest size, workspace, or total of the sizes and the largest workspace, that a file
+may give: 1 EiB, which leaves the planners' signed 64-bit byte counts 8x headroom for their
+sums (a total of 2**63 wrapped around in them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,7 +83,15 @@ def show(value: Any, limit: int = 60) -> str:
 
 def build(tasks: list[Task], buffers: list[Buffer], results: Iterable[Hashable] | None,
           name: str, path: Path | None) -> TaskGraph:
-    """Construct the TaskGraph, naming the file in any structural error."""
+    """Construct the TaskGraph, naming the file in any structural error.
+
+    The sizes of all buffers and the largest workspace must total at most
+    :data:`MAX_BYTES`, so that every peak fits the 64-bit counts of the planners.
+    """
+    total = sum(b.size for b in buffers) + max((t.workspace for t in tasks), default=0)
+    if total > MAX_BYTES:
+        fail(path, f"the buffers and the largest workspace total {total} bytes, more than "
+             "2**60 (1 EiB; the memory planners count bytes in 64-bit integers)")
     try:
         return TaskGraph(tasks, buffers, results=results, name=name)
     except CycleError as exc:
@@ -173,11 +183,11 @@ def size(value: Any, path: Path | None, node: Any, attr: str, rounded: list[Hash
             return value
         if value > MAX_BYTES:
             fail(path, f"node {show(node)}: attribute {attr!r} is {show(value)} bytes; sizes "
-                 f"must be at most 2**63 - 1 bytes", line)
+                 "must be at most 2**60 bytes (1 EiB)", line)
     x = number(value, path, node, attr, line)
     if x > MAX_BYTES:
         fail(path, f"node {show(node)}: attribute {attr!r} is {show(value)} bytes; sizes must "
-             "be at most 2**63 - 1 bytes", line)
+             "be at most 2**60 bytes (1 EiB)", line)
     if x != int(x):
         if rounded is None:
             fail(path, f"node {show(node)}: attribute {attr!r} is {show(value)}; it must be an "

@@ -237,11 +237,9 @@ def _dot_name_id(name: str) -> Hashable:
 
 def _text_number(text: str) -> Any:
     """A DOT attribute's text as an int or float where it is one, else the text itself."""
-    if text.isdigit():
-        return int(text)
     try:
         return int(text) if _INT.fullmatch(text.strip()) else float(text)
-    except ValueError:
+    except ValueError:  # not a number, or an integer of more digits than Python converts
         return text
 
 
