@@ -72,6 +72,17 @@ def test_every_graph_file_loads_as_networkx_reads_it(path: Path | None) -> None:
         assert g.buffers[v].size == ref.nodes[v][size]
         assert t.time == ref.nodes[v][cost]
     assert set(ref.edges) == {(u, t.id) for t in g.tasks.values() for u in t.reads}
+    src, dst = ("0", "1") if layered else ("source", "target")
+    into: dict = {v: [] for v in ref.nodes}  # each task reads in the file's link order
+    for link in data["links"]:
+        if link[src] not in into[link[dst]]:
+            into[link[dst]].append(link[src])
+    assert all(g.tasks[v].reads == tuple(into[v]) for v in ref.nodes)
+    assert list(g.tasks) == [n["name" if layered else "id"] for n in data["nodes"]]
+    assert g.results == {v for v in ref.nodes if ref.out_degree(v) == 0}
+    assert f.notes == () and g.inputs == ()
+    assert sum(b.size for b in g.buffers.values()) == sum(d[size] for _, d in
+                                                          ref.nodes(data=True))
     pos = {t: i for i, t in enumerate(g.order)}
     assert all(pos[u] < pos[v] for u, v in ref.edges)
     if layered:
