@@ -156,10 +156,12 @@ def taskgraph_to_node_link(g: TaskGraph | TaskGraphFile, shape: str = "checkmate
         if sh.id_key in t.attrs:
             raise GraphError(f"{g.name}: task {show(t.id)} has attributes [{sh.id_key!r}] "
                              f"that the {shape} shape uses for itself")
-    G.graph.update(file_attrs)
-    G.graph["name"] = g.name
+    results = G.graph.pop("results", None)
+    G.graph = {"name": g.name, **file_attrs}
     if order is not None:
         G.graph["order"] = list(order)
+    if results is not None:
+        G.graph["results"] = results
     data = nx.node_link_data(G, source=sh.source, target=sh.target, name=sh.id_key,
                              edges="links")
     data["nodes"] = [{sh.id_key: n.pop(sh.id_key), **n} for n in data["nodes"]]

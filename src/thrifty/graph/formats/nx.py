@@ -107,8 +107,13 @@ def from_networkx(G: nx.DiGraph, size_attr: str | None = None, time_attr: str | 
                           time=number(data[time_attr], path, v, time_attr), attrs=attrs))
         buffers.append(Buffer(v, size(data[size_attr], path, v, size_attr, rounded), v))
     results = G.graph.get("results")
-    if results is not None and not isinstance(results, (list, tuple, set, frozenset)):
-        fail(path, f"graph attribute 'results' is {show(results)}; it must list buffer ids")
+    if results is not None:
+        try:
+            if not isinstance(results, (list, tuple, set, frozenset)):
+                raise TypeError
+            frozenset(results)
+        except TypeError:
+            fail(path, f"graph attribute 'results' is {show(results)}; it must list buffer ids")
     label = name or str(G.graph.get("name") or (path.stem if path else "taskgraph"))
     return build(tasks, buffers, results, label, path), rounded
 
