@@ -228,3 +228,21 @@ def _saved(g: TaskGraph, tmp_path: Path) -> Path:
     path = tmp_path / "g.json"
     save_taskgraph(g, path)
     return path
+
+
+@pytest.mark.needs_data
+@pytest.mark.parametrize("name", ["vgg16_test", "segnet_train"])
+def test_dot_written_by_pydot_from_networkx_reads_as_from_networkx(name: str) -> None:
+    """pydot (independent of our writer) writes the DiGraph; our DOT reader agrees."""
+    import pydot  # noqa: F401 - networkx.nx_pydot needs it
+
+    from thrifty.graph.taskgraph_io import taskgraph_from_dot
+
+    g = load_taskgraph(require_shared_data("graphs", "checkmate", f"{name}.json"))
+    G = nx.relabel_nodes(g.to_networkx(), {v: f"n {v}" for v in g.tasks})
+    for _, d in G.nodes(data=True):  # DOT nodes hold size and time; other attributes
+        d.update(size=d.pop("cost_ram"), time=d.pop("cost_cpu"))  # go in "attrs" as JSON
+        del d["name"], d["backward"]
+    text = nx.nx_pydot.to_pydot(G).to_string()
+    h = taskgraph_from_dot(text).graph
+    assert taskgraph_diff(TaskGraph.from_networkx(G, size="size", time="time"), h) == []
