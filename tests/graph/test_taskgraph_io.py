@@ -529,6 +529,18 @@ _HOSTILE = [
     ("results.dot", 'digraph g { results="[1.5]"; a [size=1, time=1] }',
      "graph attribute 'results' must list ids: 1.5 is not"),
     ("list.json", "[1, 2]", "neither"),
+    ("long_kind.dot", "digraph g { a [size=1, time=1, kind=" + "9" * 5000 + "] }",
+     "has kind='9999.* ...>; valid: task, buffer"),
+    ("long_id.json", '{"nodes": [' + ",".join(['{"id": "' + "x" * 5000
+                                              + '", "cost_ram": 1, "cost_cpu": 1}'] * 2)
+     + "]}", "node 1: duplicate node id 'xxxx.* ...>"),
+    ("long_name.json", '{"format": "thrifty-taskgraph", "version": 1, "name": "' + "n" * 9000
+     + '", "tasks": [{"id": "t", "reads": ["' + "b" * 9000 + '"]}], "buffers": []}',
+     "nnnn ...: task 't' reads unknown buffer 'bbbb.* ...>"),
+    ("long_cycle.json", '{"nodes": [' + ",".join(f'{{"id": {i}, "cost_ram": 1, "cost_cpu": 1}}'
+                                               for i in range(50)) + '], "links": ['
+     + ",".join(f'{{"source": {i}, "target": {(i + 1) % 50}}}' for i in range(50)) + "]}",
+     "has a cycle: (\\d+ -> ){12}\\.\\.\\."),
 ]
 
 

@@ -78,13 +78,9 @@ def read_taskgraph(path: str | os.PathLike[str]) -> TaskGraphFile:
     p = _as_path(path)
     fmt = _format_for(p, None, reading=True)
     text = _read_text(p)
-    try:
-        if fmt == "dot":
-            return taskgraph_from_dot(text, path=p)
-        return _from_json_text(text, p)
-    except RecursionError:
-        raise FileFormatError(p, "nested too deeply to read (arrays, objects or subgraphs "
-                              "inside one another beyond Python's recursion limit)") from None
+    if fmt == "dot":
+        return taskgraph_from_dot(text, path=p)
+    return _from_json_text(text, p)
 
 
 def _as_path(path: Any) -> Path:
@@ -117,6 +113,9 @@ def _read_text(p: Path) -> str:
 def _from_json_text(text: str, p: Path) -> TaskGraphFile:
     try:
         data = json.loads(text)
+    except RecursionError:
+        raise FileFormatError(p, "nested too deeply to read (arrays or objects inside one "
+                              "another beyond Python's recursion limit)") from None
     except json.JSONDecodeError as exc:
         raise FileFormatError(p, f"invalid JSON: {exc.msg} (column {exc.colno})",
                               exc.lineno) from None

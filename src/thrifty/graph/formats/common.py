@@ -7,15 +7,16 @@ when the data came from memory (a dict, a networkx graph).
 
 from __future__ import annotations
 
+import functools
 import json
 import math
-from collections.abc import Hashable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NoReturn
 
 from thrifty.errors import CycleError, FileFormatError, GraphError
-from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+from thrifty.graph.taskgraph import Buffer, Task, TaskGraph, short_repr
 
 #: Formats :func:`~thrifty.graph.taskgraph_io.save_taskgraph` writes (and
 #: :attr:`TaskGraphFile.format` reports).
@@ -72,13 +73,23 @@ def fail(path: Path | None, message: str, line: int | None = None) -> NoReturn:
     raise FileFormatError(path, message, line)
 
 
-def show(value: Any, limit: int = 60) -> str:
-    """``repr(value)``, cut to ``limit`` characters so that messages stay one short line."""
-    try:
-        text = repr(value)
-    except (RecursionError, ValueError):  # deep nesting, or an int too long to print
-        text = f"<{type(value).__name__}>"
-    return text if len(text) <= limit else text[:limit - 5] + " ...>"
+def depth_guarded(read: Callable[..., TaskGraphFile]) -> Callable[..., TaskGraphFile]:
+    """Wrap a reader so that data nested beyond the recursion limit (JSON arrays, DOT
+    subgraphs) is an error naming the file, not a RecursionError."""
+
+    @functools.wraps(read)
+    def guarded(*args: Any, **kwargs: Any) -> TaskGraphFile:
+        try:
+            return read(*args, **kwargs)
+        except RecursionError:
+            fail(kwargs.get("path"), "nested too deeply to read (arrays, objects or subgraphs "
+                 "inside one another beyond Python's recursion limit)")
+
+    return guarded
+
+
+show = short_repr
+"""``repr(value)`` cut short, so that messages stay one short line."""
 
 
 def build(tasks: list[Task], buffers: list[Buffer], results: Iterable[Hashable] | None,

@@ -37,10 +37,12 @@ from thrifty.graph.formats.common import (
     decode_id,
     decode_ids,
     default_results,
+    depth_guarded,
     encode_id,
     fail,
     number,
     rounding_notes,
+    show,
     size,
     sorted_ids,
     unwrap,
@@ -101,7 +103,7 @@ class _DotParser:
         return FileFormatError(self.path, f"DOT: {msg}", self.line_of(k))
 
     def _found(self, k: int) -> str:
-        return repr(self.toks[k]) if self.toks[k] else "end of file"
+        return show(self.toks[k]) if self.toks[k] else "end of file"
 
     def _ident(self, k: int) -> tuple[str, int]:
         t = self.toks[k]
@@ -181,7 +183,7 @@ class _DotParser:
                     if toks[k] != "{":
                         _, k = self._ident(k)
                 else:
-                    raise self.error(f"{t!r} is a keyword and cannot start a statement here", k)
+                    raise self.error(f"{show(t)} is a keyword and cannot start a statement here", k)
             if toks[k] == "{":
                 k = self._stmts(k + 1, node_defaults)
                 k = self._expect("}", k)
@@ -243,6 +245,7 @@ def _text_number(text: str) -> Any:
         return text
 
 
+@depth_guarded
 def taskgraph_from_dot(text: str, path: Path | None = None) -> TaskGraphFile:
     """Build a TaskGraph from DOT text.
 
@@ -290,23 +293,23 @@ def _dot_tasks(dot: _DotGraph) -> tuple[list[Task], list[Buffer], list[Hashable]
         kind = a.get("kind", "task")
         if kind == "buffer":
             if "size" not in a:
-                raise FileFormatError(path, f"DOT: buffer node {nname!r} has no attribute "
+                raise FileFormatError(path, f"DOT: buffer node {show(nname)} has no attribute "
                                       "'size'", line)
             if nid in buffers:
-                raise FileFormatError(path, f"DOT: duplicate buffer id {nid!r}", line)
+                raise FileFormatError(path, f"DOT: duplicate buffer id {show(nid)}", line)
             buffers[nid] = [size(_text_number(a["size"]), path, nid, "size", rounded, line),
                             None]
             buffer_of[nname] = nid
             continue
         if kind != "task":
-            raise FileFormatError(path, f"DOT: node {nname!r} has kind={kind!r}; valid: task, "
-                                  "buffer", line)
+            raise FileFormatError(path, f"DOT: node {show(nname)} has kind={show(kind)}; valid: "
+                                  "task, buffer", line)
         if "time" not in a:
-            raise FileFormatError(path, f"DOT: node {nname!r} has no attribute 'time' (task "
+            raise FileFormatError(path, f"DOT: node {show(nname)} has no attribute 'time' (task "
                                   "nodes give 'time', and 'size' for their output buffer)",
                                   line)
         if nid in specs:
-            raise FileFormatError(path, f"DOT: duplicate task id {nid!r}", line)
+            raise FileFormatError(path, f"DOT: duplicate task id {show(nid)}", line)
         spec: dict[str, Any] = {
             "time": float(number(_text_number(a["time"]), path, nid, "time", line)), "reads": [],
             "writes": [], "kernel": a.get("kernel"),
@@ -317,7 +320,7 @@ def _dot_tasks(dot: _DotGraph) -> tuple[list[Task], list[Buffer], list[Hashable]
         task_of[nname] = nid
         if "size" in a:
             if nid in buffers:
-                raise FileFormatError(path, f"DOT: duplicate buffer id {nid!r}", line)
+                raise FileFormatError(path, f"DOT: duplicate buffer id {show(nid)}", line)
             buffers[nid] = [size(_text_number(a["size"]), path, nid, "size", rounded, line),
                             nid]
             spec["writes"].append(nid)
@@ -329,15 +332,15 @@ def _dot_tasks(dot: _DotGraph) -> tuple[list[Task], list[Buffer], list[Hashable]
         elif u in task_of and v in buffer_of and v not in task_of:
             buf = buffers[buffer_of[v]]
             if buf[1] is not None:
-                raise FileFormatError(path, f"DOT: buffer node {v!r} has two producers "
-                                      f"({buf[1]!r} and {task_of[u]!r})", line)
+                raise FileFormatError(path, f"DOT: buffer node {show(v)} has two producers "
+                                      f"({show(buf[1])} and {show(task_of[u])})", line)
             buf[1] = task_of[u]
             specs[task_of[u]]["writes"].append(buffer_of[v])
         elif v in task_of:
-            raise FileFormatError(path, f"DOT: edge {u!r} -> {v!r}: {u!r} has no 'size', so "
-                                  "no output buffer for the target to read", line)
+            raise FileFormatError(path, f"DOT: edge {show(u)} -> {show(v)}: {show(u)} has no "
+                                  "'size', so no output buffer for the target to read", line)
         else:
-            raise FileFormatError(path, f"DOT: edge {u!r} -> {v!r} joins two buffer nodes; "
+            raise FileFormatError(path, f"DOT: edge {show(u)} -> {show(v)} joins two buffer nodes; "
                                   "an edge goes from a task to a buffer or into a task", line)
     tasks = [Task(tid, tuple(s["reads"]), tuple(s["writes"]), s["time"], s["workspace"],
                   kernel=s["kernel"], attrs=s["attrs"])
@@ -352,7 +355,7 @@ def _dot_id(a: Mapping[str, str], nname: str, path: Path | None, line: int) -> H
     try:
         return decode_id(json.loads(a["id"]))
     except (ValueError, TypeError) as exc:
-        raise FileFormatError(path, f"DOT: node {nname!r}: 'id' must be a JSON string, "
+        raise FileFormatError(path, f"DOT: node {show(nname)}: 'id' must be a JSON string, "
                               f"integer or array: {exc}", line) from None
 
 
@@ -413,7 +416,7 @@ def taskgraph_to_dot(g: TaskGraph | TaskGraphFile) -> str:
         if t.kernel is not None:
             a.append(f"kernel={_quote(t.kernel)}")
         if t.attrs:
-            check_json(dict(t.attrs), f"{g.name}: task {t.id!r} attrs")
+            check_json(dict(t.attrs), f"{g.name}: task {show(t.id)} attrs")
             a.append(f"attrs={_quote(json.dumps(dict(t.attrs), allow_nan=False))}")
         if _dot_name_id(name) != t.id or type(_dot_name_id(name)) is not type(t.id):
             a.append(f"id={_quote(_json_id(t.id))}")
@@ -425,8 +428,8 @@ def taskgraph_to_dot(g: TaskGraph | TaskGraphFile) -> str:
             continue
         name = "buffer " + _id_name(b.id, "buffer id")
         if name in names:
-            raise GraphError(f"{g.name}: buffer {b.id!r} would share the DOT node name "
-                             f"{name!r} with a task; rename one")
+            raise GraphError(f"{g.name}: buffer {show(b.id)} would share the DOT node name "
+                             f"{show(name)} with a task; rename one")
         names.add(name)
         buf_node[b.id] = name
         lines.append(f"  {_quote(name)} [kind=buffer, shape=ellipse, size={b.size}, "
@@ -458,6 +461,6 @@ def _json_id(x: Hashable) -> str:
 
 def _dot_float(x: float, name: str, tid: Hashable) -> str:
     if not math.isfinite(x):
-        raise GraphError(f"{name}: task {tid!r} has time {x!r}; files hold finite times")
+        raise GraphError(f"{name}: task {show(tid)} has time {show(x)}; files hold finite times")
     text = repr(float(x))
     return text if _DOT_NUMERAL.fullmatch(text) else _quote(text)  # 1e-10 is no DOT numeral

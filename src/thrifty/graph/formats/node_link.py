@@ -25,6 +25,7 @@ from thrifty.graph.formats.common import (
     check_order,
     decode_id,
     decode_ids,
+    depth_guarded,
     encode_id,
     fail,
     rounding_notes,
@@ -37,6 +38,7 @@ from thrifty.graph.taskgraph import TaskGraph
 _LINK_KEYS = (("source", "target"), ("0", "1"))
 
 
+@depth_guarded
 def taskgraph_from_node_link(data: Mapping[str, Any], path: Path | None = None,
                              name: str | None = None) -> TaskGraphFile:
     """Build a TaskGraph from networkx node-link data in the checkmate or layered shape.

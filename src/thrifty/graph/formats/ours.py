@@ -20,6 +20,7 @@ from thrifty.graph.formats.common import (
     check_order,
     decode_id,
     decode_ids,
+    depth_guarded,
     encode_id,
     fail,
     number,
@@ -77,6 +78,7 @@ def taskgraph_to_json(g: TaskGraph | TaskGraphFile) -> dict[str, Any]:
     return out
 
 
+@depth_guarded
 def taskgraph_from_json(data: Mapping[str, Any], path: Path | None = None) -> TaskGraphFile:
     """Build a TaskGraph from our JSON form (see ``docs/taskgraph-json.md``)."""
     if not isinstance(data, Mapping):
