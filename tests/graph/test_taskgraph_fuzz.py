@@ -9,6 +9,7 @@ on one line; the CLI prints one ``Error:`` line and exits non-zero, never a trac
 
 from __future__ import annotations
 
+import copy
 import json
 import tempfile
 from pathlib import Path
@@ -126,7 +127,7 @@ def _json_mutation(draw, data: bytes) -> bytes:
             if kind == "delete":
                 del c[key]
             else:
-                c[key] = draw(_VALUES)
+                c[key] = copy.deepcopy(draw(_VALUES))
         elif isinstance(c, list) and c:
             k = draw(st.integers(0, len(c) - 1))
             if kind == "delete":
@@ -137,7 +138,7 @@ def _json_mutation(draw, data: bytes) -> bytes:
                 a, b = list(c[k])  # a link: add the reverse (a cycle) or a dangling end
                 c.append({a: c[k][b], b: draw(st.sampled_from([c[k][a], 12345]))})
             else:
-                c[k] = draw(_VALUES)
+                c[k] = copy.deepcopy(draw(_VALUES))
     text = json.dumps(doc)
     for key, value in _DEEP.items():
         text = text.replace(key, value)
