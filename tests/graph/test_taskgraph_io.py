@@ -5,7 +5,9 @@ file and line; loading is fast."""
 from __future__ import annotations
 
 import json
+import re
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import networkx as nx
@@ -71,6 +73,17 @@ def test_every_graph_file_loads_as_networkx_reads_it(path: Path | None) -> None:
         assert g.buffers[v].size == ref.nodes[v][size]
         assert t.time == ref.nodes[v][cost]
     assert set(ref.edges) == {(u, t.id) for t in g.tasks.values() for u in t.reads}
+    src, dst = ("0", "1") if layered else ("source", "target")
+    into: dict = {v: [] for v in ref.nodes}  # each task reads in the file's link order
+    for link in data["links"]:
+        if link[src] not in into[link[dst]]:
+            into[link[dst]].append(link[src])
+    assert all(g.tasks[v].reads == tuple(into[v]) for v in ref.nodes)
+    assert list(g.tasks) == [n["name" if layered else "id"] for n in data["nodes"]]
+    assert g.results == {v for v in ref.nodes if ref.out_degree(v) == 0}
+    assert f.notes == () and g.inputs == ()
+    assert sum(b.size for b in g.buffers.values()) == sum(d[size] for _, d in
+                                                          ref.nodes(data=True))
     pos = {t: i for i, t in enumerate(g.order)}
     assert all(pos[u] < pos[v] for u, v in ref.edges)
     if layered:
@@ -238,6 +251,10 @@ def task_graphs(draw, simple: bool = False) -> TaskGraph:
                                        if not simple else st.sampled_from(["backward", "flops"]),
                                        _ATTR_VALUES, max_size=3))))
     listing = draw(st.permutations(tasks))
+    if simple:  # node-link files list a task's reads in the order of their producers' nodes
+        pos = {t.id: k for k, t in enumerate(listing)}
+        listing = [replace(t, reads=tuple(sorted(t.reads, key=pos.__getitem__)))
+                   for t in listing]
     results = None
     if not simple and buffers and draw(st.booleans()):
         results = draw(st.lists(st.sampled_from([b.id for b in buffers]), unique=True))
@@ -314,7 +331,7 @@ _N2 = [{"id": 0, "cost_ram": 8, "cost_cpu": 1}, {"id": 1, "cost_ram": 4, "cost_c
      [], "node 1: attribute 'duration' is 'x'"),
     (_N2, [{"source": 0, "target": 7}], "link 0 .* names unknown node 7"),
     (_N2, [{"from": 0, "to": 1}], "understood links are"),
-    ([_N2[0], {"cost_ram": 1, "cost_cpu": 1}], [], "node 1 has neither 'id' nor 'name'"),
+    ([_N2[0], {"cost_ram": 1, "cost_cpu": 1}], [], "node 1 has no 'id' to identify it"),
     (_N2 + [dict(_N2[0])], [], "duplicate node id 0"),
 ])
 def test_bad_node_link_files_name_node_and_attribute(tmp_path: Path, nodes, links,
@@ -368,7 +385,7 @@ def test_invalid_json_names_the_line(tmp_path: Path) -> None:
     ({"taskz": []}, "unknown keys \\['taskz'\\] in the top level; valid keys"),
     ({"tasks": [{"id": "a", "writes": ["x"], "tiem": 1}]}, "unknown keys \\['tiem'\\] in task"),
     ({"tasks": [{"id": "a", "writes": ["x"], "time": -1}]}, "node 'a': attribute 'time' is -1"),
-    ({"buffers": [{"id": "x", "size": 1.5, "producer": "a"}]}, "'size' must be an integer"),
+    ({"buffers": [{"id": "x", "size": 1.5, "producer": "a"}]}, "'size' is 1.5; it must be an int"),
     ({"tasks": [{"id": 1.5}]}, "ids must be strings, integers or arrays"),
     ({"results": ["nope"]}, "results name unknown buffers"),
     ({"tasks": [{"id": "a", "writes": "x"}]}, "'writes' must be a list of buffer ids"),
@@ -459,3 +476,120 @@ def test_unknown_extension_or_format(tmp_path: Path, name: str, fmt: str | None,
     (tmp_path / "g.txt").write_text("")
     with pytest.raises(FileFormatError, match="valid: .json, .dot, .gv"):
         load_taskgraph(tmp_path / "g.txt")
+
+
+# --- hostile files: every loader error names the file and what is wrong ------------------------
+_ONE = '{"id": 0, "cost_ram": 1, "cost_cpu": 1}'
+
+
+_HOSTILE = [
+    ("deep.json", "[" * 100_000 + "]" * 100_000, "nested too deeply"),
+    ("deep_id.json", '{"nodes": [{"id": ' + "[" * 990 + "]" * 990
+     + ', "cost_ram": 1, "cost_cpu": 1}]}', "nested too deeply"),
+    ("deep.dot", "digraph g {" + "{" * 5000 + "}" * 5000 + "}", "nested too deeply"),
+    ("deep_attrs.dot", 'digraph g { a [size=1, time=1, attrs="' + "[" * 5000 + '"] }',
+     "nested too deeply"),
+    ("digits.json", '{"nodes": [{"id": 0, "cost_ram": ' + "9" * 5000 + ', "cost_cpu": 1}]}',
+     "more digits than Python reads"),
+    ("digits.dot", "digraph g { a [size=" + "9" * 5000 + ", time=1] }",
+     "node 'a': attribute 'size' is '9999"),
+    ("time.json", '{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": 1' + "0" * 400 + "}]}",
+     "node 0: attribute 'cost_cpu' is 1000.* beyond the range of floating point"),
+    ("size.json", '{"nodes": [{"id": 0, "cost_ram": 1' + "0" * 30 + ', "cost_cpu": 1}]}',
+     "node 0: attribute 'cost_ram' is 1000.* bytes; sizes must be at most 2\\*\\*60"),
+    ("total.json", '{"nodes": [' + ",".join(f'{{"id": {i}, "cost_ram": {2**59}, "cost_cpu": 1}}'
+                                          for i in range(3)) + "]}",
+     "total 1729382256910270464 bytes, more than 2\\*\\*60"),
+    ("inf.json", '{"nodes": [{"id": 0, "cost_ram": Infinity, "cost_cpu": 1}]}',
+     "node 0: attribute 'cost_ram' is inf; it must be a finite number"),
+    ("nan.json", '{"nodes": [{"id": 0, "cost_ram": 1, "cost_cpu": NaN}]}',
+     "node 0: attribute 'cost_cpu' is nan; it must be a finite number"),
+    ("neg.json", '{"format": "thrifty-taskgraph", "version": 1, "tasks": [{"id": "t", '
+     '"workspace": -4}], "buffers": []}', "node 't': attribute 'workspace' is -4"),
+    ("nan.dot", 'digraph g { a [size=1, time="nan"] }', "node 'a': attribute 'time' is nan"),
+    ("junk.json", bytes(range(256)), "not UTF-8 text: byte 0x80 at offset 128"),
+    ("junk.dot", b"\xff\xfe\x00d\x00i", "not UTF-8 text: byte 0xff at offset 0"),
+    ("cut.json", '{"nodes": [' + _ONE[:-7], "invalid JSON: .*column"),
+    ("cut.dot", "digraph g { a [size=1, time=1]; a -> ", "DOT: expected a name .* end of file"),
+    ("empty.json", "", "invalid JSON"),
+    ("dup.json", '{"nodes": [' + _ONE + "," + _ONE + "]}", "node 1: duplicate node id 0"),
+    ("dup.dot", 'digraph g { a [size=1, time=1, id="1"]; b [size=1, time=1, id="1"] }',
+     "duplicate task id 1"),
+    ("dup_ours.json", '{"format": "thrifty-taskgraph", "version": 1, "tasks": [{"id": "t"}, '
+     '{"id": "t"}], "buffers": []}', "duplicate task id 't'"),
+    ("dangling.json", '{"nodes": [' + _ONE + '], "links": [{"source": 0, "target": 3}]}',
+     "link 0 \\(0 -> 3\\) names unknown node 3"),
+    ("dangling_ours.json", '{"format": "thrifty-taskgraph", "version": 1, "tasks": [{"id": "t",'
+     ' "reads": ["nope"]}], "buffers": []}', "task 't' reads unknown buffer 'nope'"),
+    ("self.json", '{"nodes": [' + _ONE + '], "links": [{"source": 0, "target": 0}]}',
+     "has a cycle: 0 -> 0"),
+    ("graph.json", '{"nodes": [' + _ONE + '], "graph": [1]}', "\"graph\" is \\[1\\]"),
+    ("order.json", '{"nodes": [' + _ONE + '], "graph": {"order": 7}}',
+     "graph.order is 7, not a list"),
+    ("results.dot", 'digraph g { results="[1.5]"; a [size=1, time=1] }',
+     "graph attribute 'results' must list ids: 1.5 is not"),
+    ("list.json", "[1, 2]", "neither"),
+    ("long_kind.dot", "digraph g { a [size=1, time=1, kind=" + "9" * 5000 + "] }",
+     "has kind='9999.* ...>; valid: task, buffer"),
+    ("long_id.json", '{"nodes": [' + ",".join(['{"id": "' + "x" * 5000
+                                              + '", "cost_ram": 1, "cost_cpu": 1}'] * 2)
+     + "]}", "node 1: duplicate node id 'xxxx.* ...>"),
+    ("long_name.json", '{"format": "thrifty-taskgraph", "version": 1, "name": "' + "n" * 9000
+     + '", "tasks": [{"id": "t", "reads": ["' + "b" * 9000 + '"]}], "buffers": []}',
+     "nnnn ...: task 't' reads unknown buffer 'bbbb.* ...>"),
+    ("long_cycle.json", '{"nodes": [' + ",".join(f'{{"id": {i}, "cost_ram": 1, "cost_cpu": 1}}'
+                                               for i in range(50)) + '], "links": ['
+     + ",".join(f'{{"source": {i}, "target": {(i + 1) % 50}}}' for i in range(50)) + "]}",
+     "has a cycle: (\\d+ -> ){12}\\.\\.\\."),
+]
+
+
+def _write(path: Path, content: str | bytes) -> Path:
+    if isinstance(content, bytes):
+        path.write_bytes(content)
+    else:
+        path.write_text(content)
+    return path
+
+
+@pytest.mark.parametrize(("name", "content", "message"), _HOSTILE)
+def test_hostile_files_give_errors_naming_file_and_fault(tmp_path: Path, name: str,
+                                                          content: str | bytes,
+                                                          message: str) -> None:
+    path = _write(tmp_path / name, content)
+    with pytest.raises((FileFormatError, GraphError)) as info:
+        load_taskgraph(path)
+    text = str(info.value)
+    assert re.search(message, text), text
+    assert str(path) in text and "\n" not in text and len(text) < 400
+
+
+def test_a_directory_and_a_missing_file_are_named(tmp_path: Path) -> None:
+    (tmp_path / "d.json").mkdir()
+    with pytest.raises(FileFormatError, match="d.json: is a directory"):
+        load_taskgraph(tmp_path / "d.json")
+    with pytest.raises(FileFormatError, match="none.dot: no such file"):
+        load_taskgraph(tmp_path / "none.dot")
+
+
+def test_a_byte_order_mark_is_read_as_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(_node_link(_N2, [])).encode())
+    assert len(load_taskgraph(path)) == 2
+
+
+@pytest.mark.parametrize(("name", "content", "message"), _HOSTILE)
+@pytest.mark.parametrize("command", [["schedule"], ["plan", "--budget", "0.5"]])
+def test_memory_commands_print_one_error_line_for_hostile_files(
+        tmp_path: Path, name: str, content: str | bytes, message: str,
+        command: list[str]) -> None:
+    from click.testing import CliRunner
+
+    from thrifty.cli.main import main
+
+    path = _write(tmp_path / name, content)
+    r = CliRunner().invoke(main, ["memory", command[0], str(path), *command[1:]])
+    assert r.exit_code != 0 and isinstance(r.exception, SystemExit), r.exception
+    lines = r.output.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("Error: "), r.output
+    assert str(path) in lines[0] and re.search(message, lines[0])

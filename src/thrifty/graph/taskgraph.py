@@ -74,46 +74,48 @@ class TaskGraph:
 
     def __init__(self, tasks: Iterable[Task], buffers: Iterable[Buffer],
                  results: Iterable[BufferId] | None = None, name: str = "taskgraph") -> None:
+        label = name
+        name = name if len(str(name)) <= 60 else str(name)[:55] + " ..."  # for messages
         task_map: dict[TaskId, Task] = {}
         for t in tasks:
             if t.id in task_map:
-                raise GraphError(f"{name}: duplicate task id {t.id!r}")
+                raise GraphError(f"{name}: duplicate task id {_r(t.id)}")
             task_map[t.id] = t
         buf_map: dict[BufferId, Buffer] = {}
         for buf in buffers:
             if buf.id in buf_map:
-                raise GraphError(f"{name}: duplicate buffer id {buf.id!r}")
+                raise GraphError(f"{name}: duplicate buffer id {_r(buf.id)}")
             if not isinstance(buf.size, int) or isinstance(buf.size, bool) or buf.size < 0:
-                raise GraphError(f"{name}: buffer {buf.id!r} has size {buf.size!r}; sizes "
+                raise GraphError(f"{name}: buffer {_r(buf.id)} has size {_r(buf.size)}; sizes "
                                  "are integers >= 0 bytes")
             buf_map[buf.id] = buf
         readers: dict[BufferId, list[TaskId]] = {b: [] for b in buf_map}
         for t in task_map.values():
             if not (t.time >= 0) or t.time != t.time:
                 raise GraphError(
-                    f"{name}: task {t.id!r} has time {t.time!r}; times are numbers >= 0")
+                    f"{name}: task {_r(t.id)} has time {_r(t.time)}; times are numbers >= 0")
             if t.workspace < 0:
-                raise GraphError(f"{name}: task {t.id!r} has negative workspace {t.workspace}")
+                raise GraphError(f"{name}: task {_r(t.id)} has negative workspace {t.workspace}")
             for b in t.reads:
                 if b not in buf_map:
-                    raise GraphError(f"{name}: task {t.id!r} reads unknown buffer {b!r}")
+                    raise GraphError(f"{name}: task {_r(t.id)} reads unknown buffer {_r(b)}")
                 readers[b].append(t.id)
             for b in t.writes:
                 if b not in buf_map:
-                    raise GraphError(f"{name}: task {t.id!r} writes unknown buffer {b!r}")
+                    raise GraphError(f"{name}: task {_r(t.id)} writes unknown buffer {_r(b)}")
                 if buf_map[b].producer != t.id:
                     raise GraphError(
-                        f"{name}: task {t.id!r} writes buffer {b!r} whose producer is "
-                        f"{buf_map[b].producer!r}")
+                        f"{name}: task {_r(t.id)} writes buffer {_r(b)} whose producer is "
+                        f"{_r(buf_map[b].producer)}")
         for buf in buf_map.values():
             if buf.producer is not None and buf.producer not in task_map:
                 raise GraphError(
-                    f"{name}: buffer {buf.id!r} has unknown producer {buf.producer!r}")
+                    f"{name}: buffer {_r(buf.id)} has unknown producer {_r(buf.producer)}")
             if buf.producer is not None and buf.id not in task_map[buf.producer].writes:
                 raise GraphError(
-                    f"{name}: buffer {buf.id!r} names producer {buf.producer!r}, "
+                    f"{name}: buffer {_r(buf.id)} names producer {_r(buf.producer)}, "
                     "which does not list it in its writes")
-        self.name = name
+        self.name = label
         self.tasks: Mapping[TaskId, Task] = MappingProxyType(task_map)
         self.buffers: Mapping[BufferId, Buffer] = MappingProxyType(buf_map)
         self.readers: Mapping[BufferId, tuple[TaskId, ...]] = MappingProxyType(
@@ -136,8 +138,44 @@ class TaskGraph:
             res = frozenset(results)
             unknown = [b for b in res if b not in buf_map]
             if unknown:
-                raise GraphError(f"{name}: results name unknown buffers {unknown!r}")
+                raise GraphError(f"{name}: results name unknown buffers {_r(unknown)}")
         self.results: frozenset[BufferId] = res
+
+    # -- networkx --------------------------------------------------------------------------
+    @classmethod
+    def from_networkx(cls, G: Any, size: str | None = None, time: str | None = None,
+                      name: str | None = None) -> TaskGraph:
+        """The TaskGraph of a networkx DiGraph whose node ``v`` is a task writing buffer ``v``.
+
+        ``size``/``time`` name the node attributes of the output's bytes and the task's time
+        (default: ``cost_ram``/``cost_cpu`` or ``out_cost``/``duration``, as the first node
+        has); an edge ``u -> v`` makes ``v`` read ``u``; other node attributes go to
+        :attr:`Task.attrs`. See :func:`thrifty.graph.taskgraph_io.taskgraph_from_networkx`.
+
+        Example
+        -------
+        >>> import networkx as nx
+        >>> G = nx.DiGraph([("a", "b")])
+        >>> nx.set_node_attributes(G, {"a": 8, "b": 4}, "cost_ram")
+        >>> nx.set_node_attributes(G, 1.0, "cost_cpu")
+        >>> g = TaskGraph.from_networkx(G)
+        >>> g.order, g.tasks["b"].reads, g.buffers["a"].size
+        (('a', 'b'), ('a',), 8)
+        """
+        from thrifty.graph.formats.nx import from_networkx
+
+        return from_networkx(G, size, time, name)[0]
+
+    def to_networkx(self, shape: str = "checkmate") -> Any:
+        """A networkx DiGraph with one node per task, in the ``"checkmate"`` (``cost_ram``,
+        ``cost_cpu``) or ``"layered"`` (``out_cost``, ``duration``) attribute shape.
+
+        Every task must write exactly one buffer with its own id, with no inputs,
+        workspaces or kernels; :meth:`from_networkx` reads the result back equal.
+        """
+        from thrifty.graph.formats.nx import to_networkx
+
+        return to_networkx(self, shape)
 
     # -- structure -------------------------------------------------------------------------
     def predecessors(self, task: TaskId) -> tuple[TaskId, ...]:
@@ -165,6 +203,19 @@ class TaskGraph:
                 f"buffers={len(self.buffers)}, results={len(self.results)})")
 
 
+def short_repr(value: Any, limit: int = 60) -> str:
+    """``repr(value)`` cut to ``limit`` characters, so that error messages stay one short
+    line whatever ids and names a file holds."""
+    try:
+        text = repr(value)
+    except (RecursionError, ValueError):  # deep nesting, or an int too long to print
+        text = f"<{type(value).__name__}>"
+    return text if len(text) <= limit else text[:limit - 5] + " ...>"
+
+
+_r = short_repr
+
+
 def _topological_order(tasks: Mapping[TaskId, Task], preds: Mapping[TaskId, tuple | list],
                        succs: Mapping[TaskId, tuple | list], name: str) -> tuple[TaskId, ...]:
     """Kahn's algorithm, stable in insertion order; raises CycleError naming one cycle."""
@@ -185,7 +236,8 @@ def _topological_order(tasks: Mapping[TaskId, Task], preds: Mapping[TaskId, tupl
         left = {t for t, d in indeg.items() if d > 0}
         cycle = find_cycle(left, lambda t: [p for p in preds[t] if p in left])
         raise CycleError(
-            f"{name}: the graph has a cycle: {' -> '.join(map(repr, cycle + cycle[:1]))}",
+            f"{name}: the graph has a cycle: {' -> '.join(map(_r, (cycle + cycle[:1])[:12]))}"
+            + (" -> ..." if len(cycle) > 11 else ""),
             cycle)
     return tuple(order)
 

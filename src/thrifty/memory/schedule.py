@@ -51,7 +51,7 @@ from typing import Any
 
 from thrifty.errors import ThriftyError
 from thrifty.graph.taskgraph import TaskGraph
-from thrifty.graph.taskgraph_io import TaskGraphFile
+from thrifty.graph.taskgraph_io import TaskGraphFile, as_taskgraph
 from thrifty.memory.model import ScheduleResult
 from thrifty.memory.order import HEURISTICS, Compact, exact_order, is_in_forest, liu_in_tree
 from thrifty.memory.order.compact import DENSE_BOUND_TASKS
@@ -137,6 +137,7 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
                            f"{', '.join(METHODS)}")
     if not (time_limit >= 0):
         raise ThriftyError(f"time_limit is {time_limit!r}; it must be a number of seconds >= 0")
+    g = as_taskgraph(g, file=True)
     t0 = time.perf_counter()
     if isinstance(g, TaskGraphFile):
         if reference_order is None:

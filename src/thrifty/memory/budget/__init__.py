@@ -34,6 +34,7 @@ from typing import Any, NoReturn
 
 from thrifty.errors import InfeasibleBudget, PlanError
 from thrifty.graph.taskgraph import TaskGraph
+from thrifty.graph.taskgraph_io import as_taskgraph
 from thrifty.memory.budget.bounds import (
     best_order,
     lower_bound,
@@ -229,6 +230,7 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     >>> plan(g, 12, order=["a", "b", "c"]).info["overhead"]
     0.0
     """
+    g = as_taskgraph(g)
     b = parse_budget(budget)
     bw = _check_bandwidth(offload_bandwidth)
     if method != "auto" and method not in PLANNERS:
