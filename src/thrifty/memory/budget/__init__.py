@@ -30,7 +30,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, NoReturn
+from typing import Any
 
 from thrifty.errors import InfeasibleBudget, PlanError
 from thrifty.graph.taskgraph import TaskGraph
@@ -39,12 +39,14 @@ from thrifty.memory.budget.bounds import (
     best_order,
     lower_bound,
     parse_budget,
+    search_smallest,
     smallest_feasible,
 )
 from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan
 from thrifty.memory.budget.refine import hoist_prefetches, local_search
 from thrifty.memory.budget.replay import estimate
 from thrifty.memory.model import Plan
+from thrifty.memory.schedule import schedule
 
 __all__ = ["PLANNERS", "Context", "NoPlan", "best_order", "lower_bound", "parse_budget", "plan",
            "smallest_feasible"]
@@ -216,7 +218,9 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     Raises
     ------
     InfeasibleBudget
-        When no plan was found; ``smallest`` is the smallest budget found feasible.
+        When no plan was found; ``smallest`` is the smallest budget found feasible. The
+        message calls ``budget`` infeasible only when that is proven (below the lower
+        bound, or below a smallest budget proven so); otherwise it says no plan was found.
     PlanError
         On a bad argument.
 
@@ -238,10 +242,14 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
                         + ", ".join(PLANNERS))
     if not (time_limit > 0):
         raise PlanError(f"time_limit is {time_limit!r}; it must be a number of seconds > 0")
-    lb = lower_bound(g)
+    lb = lower_bound(g, offload=bw is not None)
     if b < lb:
-        _infeasible(g, b, bw, recompute, f"below the proven lower bound {lb}", time_limit)
-    ord_ = tuple(order) if order is not None else best_order(g, min(time_limit, 10.0))
+        _infeasible(g, b, bw, recompute, lb, time_limit)
+    if order is None:
+        sched = schedule(g, time_limit=min(time_limit, 10.0))
+        ord_, order_optimal = tuple(sched.order), sched.optimal
+    else:
+        ord_, order_optimal = tuple(order), False
     ctx = Context(bw, recompute, time_limit, ord_, seed, frozenset(no_offload))
     total = g.total_time()
     names = list(PLANNERS) if method == "auto" else [method]
@@ -272,7 +280,11 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         if method != "auto":
             raise PlanError(f"planner {method!r} found no plan within budget {b} bytes; "
                             "try method='auto'")
-        _infeasible(g, b, bw, recompute, "no planner found a plan", time_limit)
+        p = _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal)
+        name = "evict"
+        candidates["smallest"] = estimate(g, p.steps, bw).makespan
+        optimal = candidates["smallest"] <= total * (1 + 1e-12)
+        best = (candidates["smallest"], name, p)
     makespan, name, p = best
     est = estimate(g, p.steps, bw)
     info: dict[str, Any] = dict(p.info)
@@ -300,15 +312,32 @@ def _check_bandwidth(bw: float | None) -> float | None:
     return v
 
 
-def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool,
-                why: str, time_limit: float) -> NoReturn:
-    small, proven = smallest_feasible(g, bw, recompute, time_limit=time_limit)
-    lb = lower_bound(g)
+def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool, lb: int,
+                time_limit: float, order: tuple[Hashable, ...] | None = None,
+                order_optimal: bool = False) -> Plan:
+    """The plan found while searching for the smallest feasible budget, when it fits
+    ``budget`` (the eviction planner is not monotone in the budget); else raise
+    :class:`InfeasibleBudget`, claiming infeasibility only when it is proven."""
+    small, proven, found = search_smallest(g, bw, recompute, order, time_limit=time_limit,
+                                           order_optimal=order_optimal)
+    if small <= budget:
+        return replace(found, budget=budget)
     how = ("recompute and offload" if recompute and bw is not None else
            "recompute" if recompute else "offload" if bw is not None else
            "scheduling alone")
-    exact = ("(proven: it equals the lower bound)" if proven else
-             f"(found by our planners; the proven lower bound is {lb})")
+    if proven:
+        which = ("it equals the lower bound" if small <= lb
+                 else "the peak of a schedule proven optimal")
+        raise InfeasibleBudget(
+            f"{g.name}: budget {budget} bytes is infeasible with {how}; the smallest "
+            f"feasible budget is {small} bytes (proven: {which})", budget=budget,
+            smallest=small)
+    if budget < lb:
+        raise InfeasibleBudget(
+            f"{g.name}: budget {budget} bytes is infeasible with {how} (below the proven "
+            f"lower bound {lb}); the smallest feasible budget our planners found is {small} "
+            "bytes", budget=budget, smallest=small)
     raise InfeasibleBudget(
-        f"{g.name}: budget {budget} bytes is infeasible ({why}) with {how}; the smallest "
-        f"feasible budget is {small} bytes {exact}", budget=budget, smallest=small)
+        f"{g.name}: no plan found within budget {budget} bytes with {how} (not proven "
+        f"impossible: the proven lower bound is {lb}); the smallest feasible budget our "
+        f"planners found is {small} bytes", budget=budget, smallest=small)

@@ -65,6 +65,10 @@ def as_chain(g: TaskGraph) -> Chain:
     (None, 'b1')
     """
     prod = {b: buf.producer for b, buf in g.buffers.items()}
+    held = [b for b in g.results if g.readers[b]]
+    if held:
+        raise ChainError(f"result {held[0]!r} is read by a task; the chain DP frees what it "
+                         "reads, so a chain's results are buffers nobody reads")
 
     def made(task_id: Hashable) -> list[Hashable]:
         return [b for b in g.tasks[task_id].reads if prod[b] is not None]

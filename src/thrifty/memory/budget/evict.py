@@ -132,6 +132,8 @@ class _Builder:
     def build(self) -> Plan:
         if self.mem > self.budget:
             raise NoRoom(f"the inputs alone take {self.mem} bytes")
+        for b in [b for b in self.resident if not self.uses[b] and b not in self.results]:
+            self.emit_free(b)  # inputs nobody reads: dropped before the first compute
         for i, t in enumerate(self.order):
             self.cur = i
             self.run(t, frozenset())
@@ -196,6 +198,8 @@ class _Builder:
         p = self.prod[b]
         if p is None:
             raise NoRoom(f"input {b!r} was dropped")
+        if not self.policy.recompute:
+            raise NoRoom(f"{b!r} was dropped and recompute is not allowed")
         self.run(p, pins)
 
     def release_dead(self, t: Hashable) -> None:
@@ -234,6 +238,12 @@ class _Builder:
         u = self.uses[b]
         k = bisect.bisect_right(u, self.cur)
         return u[k] if k < len(u) else None
+
+    def used_now(self, b: Hashable) -> bool:
+        """Whether the task at the current position reads ``b``."""
+        u = self.uses[b]
+        k = bisect.bisect_left(u, self.cur)
+        return k < len(u) and u[k] == self.cur
 
     def make_room(self, need: int, pins: frozenset) -> None:
         while self.mem + need > self.budget:
@@ -293,14 +303,18 @@ class _Builder:
             if how == "keep" or self.size[b] == 0:
                 continue
             nu = self.next_use(b)
-            if nu is None and self.dead_input_ok(b) and b not in self.results:
+            now = self.used_now(b)  # read by the task being made room for: not dead
+            if nu is None and not now and self.dead_input_ok(b) and b not in self.results:
                 return b, "free"
             if not self.policy.evict:
                 continue
             if self.policy.lookahead:
-                dist = (self.cum[nu] - self.cum[self.cur + 1] if nu is not None
-                        else self.cum[-1] - self.cum[self.cur + 1]) + _EPS
-                dist += (nu - self.cur if nu is not None else len(self.order)) * _EPS
+                if now:
+                    dist = _EPS
+                else:
+                    dist = (self.cum[nu] - self.cum[self.cur + 1] if nu is not None
+                            else self.cum[-1] - self.cum[self.cur + 1]) + _EPS
+                    dist += (nu - self.cur if nu is not None else len(self.order)) * _EPS
             else:
                 dist = float(self.cur - self.touch.get(b, 0) + 1)
             opts = []

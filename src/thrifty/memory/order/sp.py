@@ -4,9 +4,9 @@ Kayaaslan, Lambert, Marchal, Uçar, "Scheduling series-parallel task graphs to m
 memory", Theoretical Computer Science 707, 2018. Their model puts the data on the edges:
 each edge carries a buffer written by its tail and read by its head only. In a TaskGraph
 that is every buffer having at most one reader (a buffer with several readers is only
-accepted when it has size 0). The graph, closed with a virtual source (feeding the inputs
-and the tasks without predecessors) and a virtual sink (consuming the results), must be
-two-terminal series-parallel.
+accepted when it has size 0, or is a result: see :func:`sp_decompose`). The graph, closed
+with a virtual source (feeding the inputs and the tasks without predecessors) and a
+virtual sink (consuming the results), must be two-terminal series-parallel.
 
 The algorithm follows the decomposition tree: a series composition concatenates the
 orders of its parts around the shared task; a parallel composition cuts each branch's order
@@ -74,7 +74,10 @@ def sp_decompose(c: Compact) -> tuple[list[_SPNode], int] | None:
     """The decomposition tree (nodes in creation order, root index), or ``None``.
 
     ``None`` when the edge model does not apply (a buffer of nonzero size with two
-    readers) or the closed graph is not two-terminal series-parallel.
+    readers that is not a result) or the closed graph is not two-terminal series-parallel.
+    A result stays resident from its producer to the end whoever reads it: it becomes an
+    edge to the virtual sink carrying its bytes, and its readers get edges of weight 0
+    (they only order the reader after the producer).
     """
     n = c.n
     src, snk = n, n + 1
@@ -101,13 +104,17 @@ def sp_decompose(c: Compact) -> tuple[list[_SPNode], int] | None:
     for b in range(len(c.size)):
         readers, p = c.readers[b], c.producer[b]
         tail = src if p < 0 else p
+        if c.result[b]:
+            # resident from its producer to the end: an edge to the sink holds its bytes,
+            # and edges of weight 0 to its readers order them after the producer
+            leaf(tail, snk, c.size[b])
+            for r in readers:
+                leaf(tail, r, 0)
+            continue
         if len(readers) > 1 and c.size[b] > 0:
             return None
-        if readers:
-            for r in readers:
-                leaf(tail, r, c.size[b])
-        elif c.result[b]:
-            leaf(tail, snk, c.size[b])
+        for r in readers:
+            leaf(tail, r, c.size[b])
     for t in range(n):
         if not in_adj[t]:
             leaf(src, t, 0)
