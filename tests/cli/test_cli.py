@@ -131,3 +131,23 @@ def test_demo_on_a_real_matrix_file():
     data = json.loads(r.output)
     assert data["graph"]["vertices"] == 62
     assert data["numerics"]["observed_max_error"] <= data["numerics"]["certified_bound"]
+
+
+def test_every_command_error_is_one_error_line_never_a_traceback(tmp_path):
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1,5\n")
+    zipped = tmp_path / "bad.mtx.gz"
+    zipped.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 12)
+    for args in (["sparse", "run", "--kernel", "spmv", "--matrix", str(bad)],
+                 ["sparse", "run", "--kernel", "spmv", "--matrix", str(zipped)]):
+        r = CliRunner().invoke(main, args)
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code == 1 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"Error: {args[-1]}"), r.output
+
+
+def test_python_dash_m_thrifty_runs_the_cli():
+    r = subprocess.run([sys.executable, "-m", "thrifty", "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Usage: thrifty" in r.stdout and "memory" in r.stdout

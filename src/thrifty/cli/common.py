@@ -1,15 +1,69 @@
-"""Shared helpers of the CLI: JSON output and rich tables."""
+"""Shared helpers of the CLI: errors as one line, JSON output, rich tables, progress."""
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+import click
 import numpy as np
-from rich.console import Console
-from rich.table import Table
+
+from thrifty.errors import ThriftyError
+
+if TYPE_CHECKING:
+    from rich.console import Console
+
+#: Set to 1 to see the traceback of an unexpected error instead of its one-line summary.
+TRACEBACK_ENV = "THRIFTY_TRACEBACK"
+
+
+def one_line(text: str) -> str:
+    """``text`` with its lines joined by ``; `` (an error message fits one line)."""
+    return "; ".join(part.strip() for part in str(text).splitlines() if part.strip())
+
+
+def error_message(exc: BaseException) -> str:
+    """The one-line message the CLI prints for an exception raised by a command."""
+    if isinstance(exc, ThriftyError):
+        return one_line(str(exc))
+    if isinstance(exc, OverflowError):
+        return one_line(f"a number is beyond the range of a float ({exc})")
+    if isinstance(exc, MemoryError):
+        return one_line(f"not enough memory ({exc or 'allocation failed'})")
+    if isinstance(exc, RecursionError):
+        return "input nested too deeply to process"
+    if isinstance(exc, OSError):
+        where = f"{exc.filename}: " if exc.filename else ""
+        return one_line(f"{where}{exc.strerror or exc}")
+    if isinstance(exc, EOFError):
+        return one_line(f"unexpected end of input ({exc or 'EOF'})")
+    return one_line(f"unexpected {type(exc).__name__}: {exc} (set {TRACEBACK_ENV}=1 to see "
+                    "where)")
+
+
+class Group(click.Group):
+    """A click group whose commands end every error with one ``Error: ...`` line.
+
+    Bad input raises a :class:`~thrifty.errors.ThriftyError` deep in the library; this
+    turns it (and the few Python errors input can still provoke: overflow, memory, file
+    system, end of file) into click's one-line error and exit status 1 instead of a
+    traceback or a bare "Aborted!". ``THRIFTY_TRACEBACK=1`` re-raises unexpected errors.
+    """
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.ClickException, click.Abort, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # noqa: BLE001 - the CLI's last line of defence
+            known = (ThriftyError, OverflowError, MemoryError, RecursionError, OSError,
+                     EOFError)
+            if not isinstance(exc, known) and os.environ.get(TRACEBACK_ENV) == "1":
+                raise
+            raise click.ClickException(error_message(exc)) from None
 
 
 def _default(o: Any) -> Any:
@@ -32,12 +86,18 @@ def emit_json(data: Any) -> None:
 def table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]],
           console: Console | None = None) -> None:
     """Print a rich table."""
+    from rich.table import Table
+
     t = Table(title=title)
     for c in columns:
         t.add_column(str(c))
     for r in rows:
         t.add_row(*[fmt(v) for v in r])
-    (console or Console()).print(t)
+    if console is None:
+        from rich.console import Console
+
+        console = Console()
+    console.print(t)
 
 
 def fmt(v: Any) -> str:
