@@ -108,3 +108,14 @@ def fmt(v: Any) -> str:
 
 def kv_table(title: str, data: Mapping[str, Any]) -> None:
     table(title, ["", "value"], [(k, v) for k, v in data.items()])
+
+
+def deprecated_alias(old: str, new: str, old_value: Any, new_value: Any) -> Any:
+    """The value of option ``new``, or of its deprecated alias ``old`` (with a note on
+    stderr); both given is an error."""
+    if old_value is None:
+        return new_value
+    if new_value is not None:
+        raise click.UsageError(f"{old} is a deprecated alias of {new}; give only {new}")
+    click.echo(f"note: {old} is deprecated; use {new}", err=True)
+    return old_value

@@ -44,6 +44,7 @@ from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan
 from thrifty.memory.budget.refine import hoist_prefetches, local_search
 from thrifty.memory.budget.replay import estimate
 from thrifty.memory.model import Plan
+from thrifty.sizes import is_fraction
 
 __all__ = ["PLANNERS", "Context", "NoPlan", "best_order", "lower_bound", "parse_budget", "plan",
            "smallest_feasible"]
@@ -182,7 +183,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     g:
         The task graph.
     budget:
-        Bytes (an int, or a string such as ``"64MiB"``; see :func:`parse_budget`).
+        Bytes (an int, or a string such as ``"64MiB"``), or a fraction in (0, 1] of the
+        best schedule's peak (``0.7``); see :mod:`thrifty.sizes`.
     offload_bandwidth:
         Bytes per time unit of the copy stream; ``None`` forbids offloading.
     recompute:
@@ -229,7 +231,14 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     >>> plan(g, 12, order=["a", "b", "c"]).info["overhead"]
     0.0
     """
-    b = parse_budget(budget)
+    ord_ = tuple(order) if order is not None else None
+    if is_fraction(budget):  # a fraction of the peak of the order the plan follows
+        from thrifty.memory.simulate import simulate
+
+        ord_ = ord_ or best_order(g, min(time_limit, 10.0))
+        b = parse_budget(budget, peak=simulate(g, ord_).peak)
+    else:
+        b = parse_budget(budget)
     bw = _check_bandwidth(offload_bandwidth)
     if method != "auto" and method not in PLANNERS:
         raise PlanError(f"unknown planning method {method!r}; valid: auto, "
@@ -239,7 +248,7 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     lb = lower_bound(g)
     if b < lb:
         _infeasible(g, b, bw, recompute, f"below the proven lower bound {lb}", time_limit)
-    ord_ = tuple(order) if order is not None else best_order(g, min(time_limit, 10.0))
+    ord_ = ord_ or best_order(g, min(time_limit, 10.0))
     ctx = Context(bw, recompute, time_limit, ord_, seed, frozenset(no_offload))
     total = g.total_time()
     names = list(PLANNERS) if method == "auto" else [method]
