@@ -33,6 +33,9 @@ def test_demo_json_small(tmp_path):
     assert data["graph"]["vertices"] == 256 and data["graph"]["nnz"] > 0
     for spec in ("gcn", "attention"):
         assert data[spec]["max_relative_difference"] < 1e-10
+        names = data[spec]["patterns"]  # inputs by name, the rest as op_id
+        assert all(k[0].isalpha() and " " not in k and "%" not in k for k in names), names
+        assert {"X"} <= names.keys() and any(k.startswith("matmul_") for k in names)
         assert data[spec]["executed_flops"] < data[spec]["dense_flops"]
     mem = data["memory"]
     for run in (mem["main"], mem["tight"]):
