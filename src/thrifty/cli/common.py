@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import os
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 import click
@@ -119,3 +120,49 @@ def deprecated_alias(old: str, new: str, old_value: Any, new_value: Any) -> Any:
         raise click.UsageError(f"{old} is a deprecated alias of {new}; give only {new}")
     click.echo(f"note: {old} is deprecated; use {new}", err=True)
     return old_value
+
+
+@contextmanager
+def progress(description: str, enabled: bool = True) -> Iterator[Callable[[str], None]]:
+    """A spinner with the elapsed time on stderr while a long step runs; yields a function
+    that changes its description. Shown only when stderr is a terminal (never in pipes,
+    files or ``--json`` output captured by another program).
+    """
+    if not enabled or not sys.stderr.isatty():
+        yield lambda _msg: None
+        return
+    from rich.console import Console
+    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
+                  console=Console(file=sys.stderr), transient=True) as bar:
+        task = bar.add_task(description, total=None)
+        yield lambda msg: bar.update(task, description=msg)
+
+
+def spy_plot(A: Any, path: str, title: str) -> None:
+    """Save the nonzero pattern of sparse matrix ``A`` (a spy plot) to ``path``."""
+    import matplotlib
+
+    matplotlib.use("Agg", force=False)
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 6), layout="constrained")
+    n = max(A.shape) or 1
+    ax.spy(A, markersize=max(0.05, min(4.0, 300.0 / n)), color="tab:blue")
+    ax.set_title(title)
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def log_bins(values: Any, bins: int = 60) -> Any:
+    """``bins`` histogram bin edges spaced evenly on a log axis over the positive
+    ``values`` (linear bins look wrong on a log axis: all but the last few are empty)."""
+    v = np.asarray(values, dtype=float)
+    v = v[np.isfinite(v) & (v > 0)]
+    if v.size == 0:
+        return np.geomspace(1e-300, 1.0, bins + 1)
+    lo, hi = float(v.min()), float(v.max())
+    if hi <= lo:
+        lo, hi = lo / 2, hi * 2
+    return np.geomspace(lo, hi, bins + 1)

@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import thrifty as th
-from thrifty.cli.common import emit_json, table
+from thrifty.cli.common import emit_json, log_bins, table
 
 
 @th.program
@@ -234,7 +234,7 @@ def write_plots(directory: Path, inputs: dict[str, Any], plans: dict[str, Any],
         written.append(str(directory / name))
     err = np.abs(emu.outputs[0] - emu.reference[0]).ravel()
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.hist(err[err > 0], bins=60, log=True, color="tab:blue")
+    ax.hist(err[err > 0], bins=log_bins(err[err > 0]), log=True, color="tab:blue")
     ax.axvline(emu.certified[0], color="tab:red",
                label=f"certified bound {emu.certified[0]:.3g}")
     ax.axvline(emu.observed[0], color="tab:green", ls="--",
@@ -252,16 +252,10 @@ def write_plots(directory: Path, inputs: dict[str, Any], plans: dict[str, Any],
 
 @contextlib.contextmanager
 def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    if not enabled:
-        yield lambda _msg: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from thrifty.cli.common import progress
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
-        task = prog.add_task("starting", total=None)
-        yield lambda msg: prog.update(task, description=msg)
+    with progress("starting", enabled) as say:
+        yield say
 
 
 def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,

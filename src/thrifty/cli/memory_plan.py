@@ -47,6 +47,7 @@ def plan(file: str, budget: str, offload_bandwidth: float | None,
 
     offload_bandwidth = deprecated_alias("--bandwidth", "--offload-bandwidth",
                                          bandwidth_alias, offload_bandwidth)
+    from thrifty.cli.common import progress
     from thrifty.graph.taskgraph_io import load_taskgraph
     from thrifty.memory.budget import best_order, parse_budget
     from thrifty.memory.budget import plan as make_plan
@@ -54,14 +55,17 @@ def plan(file: str, budget: str, offload_bandwidth: float | None,
     from thrifty.sizes import is_fraction
 
     try:
-        g = load_taskgraph(file)
-        order = best_order(g, min(time_limit, 10.0))
-        peak = simulate(g, order).peak if is_fraction(budget) else None
-        b = parse_budget(budget, peak=peak)
-        p = make_plan(g, budget, offload_bandwidth=offload_bandwidth,
-                      recompute=not no_recompute, method=method, time_limit=time_limit,
-                      order=order)
-        r = simulate(g, p, offload_bandwidth=offload_bandwidth)
+        with progress(f"reading {file}") as say:
+            g = load_taskgraph(file)
+            say(f"best schedule of {len(g.tasks)} tasks")
+            order = best_order(g, min(time_limit, 10.0))
+            peak = simulate(g, order).peak if is_fraction(budget) else None
+            b = parse_budget(budget, peak=peak)
+            say(f"planning within {b:,} bytes ({method}, up to {time_limit:g} s per planner)")
+            p = make_plan(g, budget, offload_bandwidth=offload_bandwidth,
+                          recompute=not no_recompute, method=method, time_limit=time_limit,
+                          order=order)
+            r = simulate(g, p, offload_bandwidth=offload_bandwidth)
     except ThriftyError as e:
         raise click.ClickException(str(e)) from e
     total = g.total_time()
