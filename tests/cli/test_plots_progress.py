@@ -83,3 +83,24 @@ def test_progress_shows_on_a_terminal_only(monkeypatch):
     with progress("planning 12 tasks") as say:
         say("still planning")
     assert pipe.getvalue() == ""
+
+
+def test_fp_bound_plot_histograms_observed_errors_below_the_bound(tmp_path):
+    from thrifty.cli.fp_plot import error_histogram
+    from thrifty.numerics.bounds import a_priori_bound
+    from thrifty.numerics.units import preset
+
+    model = preset("h100", "bf16", "fp32")
+    bound = a_priori_bound(model, 64)
+    out = tmp_path / "err.png"
+    seen = error_histogram(model, 64, [bound], str(out), samples=300)
+    assert 0 < seen["max_observed_relative"] <= bound.relative
+    assert out.read_bytes().startswith(_PNG)
+    r = CliRunner().invoke(main, ["fp", "bound", "--unit", "h100", "--k", "32", "--plot",
+                                  str(tmp_path / "cli.png"), "--json"])
+    assert r.exit_code == 0, r.output
+    assert (tmp_path / "cli.png").read_bytes().startswith(_PNG)
+    r = CliRunner().invoke(main, ["fp", "bound", "--unit", "h100", "--k", str(1 << 20),
+                                  "--plot", str(tmp_path / "big.png")])
+    lines = [x for x in r.output.splitlines() if x.strip()]
+    assert r.exit_code == 1 and len(lines) == 1 and "k <=" in lines[0], r.output
