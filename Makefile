@@ -7,7 +7,7 @@ STAMP_RUN := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench clean
+.PHONY: demo test lint bench bench-full clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -30,6 +30,16 @@ test: $(STAMP_TEST)
 lint: $(STAMP_TEST)
 	$(BIN)/ruff check src tests benchmarks
 	$(BIN)/mypy
+
+# Every benchmark in its quick mode (minutes); bench-full runs the full sizes (hours).
+BENCHMARKS := sparse_bench memory_schedule memory_plan numerics_bounds numerics_convert \
+	numerics_units pipeline_bounds
+
+bench: $(STAMP_TEST)
+	set -e; for b in $(BENCHMARKS); do $(BIN)/python benchmarks/$$b.py --quick; done
+
+bench-full: $(STAMP_TEST)
+	set -e; for b in $(BENCHMARKS); do $(BIN)/python benchmarks/$$b.py; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -20,6 +20,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from thrifty.errors import SpecError, ThriftyError
+from thrifty.front.inputs import as_inputs
 from thrifty.front.trace import Traced, trace_function, type_of_value
 from thrifty.graph.ir import Graph, TensorType
 
@@ -55,17 +56,26 @@ class Program:
         self.__name__ = getattr(fn, "__name__", "program")
         self.__doc__ = fn.__doc__
 
-    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any]) -> dict[str, Any]:
-        """Map positional and keyword arguments to the function's parameter names."""
+    def bind(self, args: Sequence[Any], kwargs: Mapping[str, Any],
+             check: bool = True) -> dict[str, Any]:
+        """Map positional and keyword arguments to the function's parameter names.
+
+        With ``check`` (the default) the values go through
+        :func:`~thrifty.front.inputs.as_inputs` (numeric dtypes, well-formed CSR/CSC, torch
+        tensors converted); a call that the last plan accepts skips that pass, since the
+        plan's own input check is stricter.
+        """
         if not args and kwargs.keys() == self._param_set:
-            return {p: kwargs[p] for p in self._param_names}  # every parameter by name
-        try:
-            b = self.signature.bind(*args, **kwargs)
-        except TypeError as e:
-            raise SpecError(f"program {self.__name__!r}: {e}; its inputs are "
-                            f"{list(self.signature.parameters)}") from None
-        b.apply_defaults()
-        return dict(b.arguments)
+            inputs = {p: kwargs[p] for p in self._param_names}  # every parameter by name
+        else:
+            try:
+                b = self.signature.bind(*args, **kwargs)
+            except TypeError as e:
+                raise SpecError(f"program {self.__name__!r}: {e}; its inputs are "
+                                f"{list(self.signature.parameters)}") from None
+            b.apply_defaults()
+            inputs = dict(b.arguments)
+        return as_inputs(inputs) if check else inputs
 
     def traced(self, *args: Any, **kwargs: Any) -> Traced:
         """Trace (cached per input types) and return the Graph with the output structure."""
@@ -131,7 +141,7 @@ class Program:
         """
         from thrifty.runtime.reference import evaluate
 
-        inputs = self.bind(args, kwargs)
+        inputs = self.bind(args, kwargs, check=False)
         last = self._last_plan
         if last is not None:  # the common case: the same patterns as the last call
             try:
@@ -140,6 +150,7 @@ class Program:
                 checked = None
             if checked is not None:
                 return last.run_checked(checked)
+        inputs = as_inputs(inputs)
         if any(sp.issparse(v) for v in inputs.values()):
             return self._cached_plan(inputs).run(inputs)
         tr = self.traced(**inputs)

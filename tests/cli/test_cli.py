@@ -33,6 +33,9 @@ def test_demo_json_small(tmp_path):
     assert data["graph"]["vertices"] == 256 and data["graph"]["nnz"] > 0
     for spec in ("gcn", "attention"):
         assert data[spec]["max_relative_difference"] < 1e-10
+        names = data[spec]["patterns"]  # inputs by name, the rest as op_id
+        assert all(k[0].isalpha() and " " not in k and "%" not in k for k in names), names
+        assert {"X"} <= names.keys() and any(k.startswith("matmul_") for k in names)
         assert data[spec]["executed_flops"] < data[spec]["dense_flops"]
     mem = data["memory"]
     for run in (mem["main"], mem["tight"]):
@@ -131,3 +134,23 @@ def test_demo_on_a_real_matrix_file():
     data = json.loads(r.output)
     assert data["graph"]["vertices"] == 62
     assert data["numerics"]["observed_max_error"] <= data["numerics"]["certified_bound"]
+
+
+def test_every_command_error_is_one_error_line_never_a_traceback(tmp_path):
+    bad = tmp_path / "bad.mtx"
+    bad.write_text("%%MatrixMarket matrix coordinate real general\n2 2 1\n1 1 1,5\n")
+    zipped = tmp_path / "bad.mtx.gz"
+    zipped.write_bytes(b"\x1f\x8b\x08\x00" + b"\x00" * 12)
+    for args in (["sparse", "run", "--kernel", "spmv", "--matrix", str(bad)],
+                 ["sparse", "run", "--kernel", "spmv", "--matrix", str(zipped)]):
+        r = CliRunner().invoke(main, args)
+        lines = [x for x in r.output.splitlines() if x.strip()]
+        assert r.exit_code == 1 and len(lines) == 1, r.output
+        assert lines[0].startswith(f"Error: {args[-1]}"), r.output
+
+
+def test_python_dash_m_thrifty_runs_the_cli():
+    r = subprocess.run([sys.executable, "-m", "thrifty", "--help"], capture_output=True,
+                       text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "Usage: thrifty" in r.stdout and "memory" in r.stdout

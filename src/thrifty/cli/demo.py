@@ -5,9 +5,9 @@ A two-layer GCN and a masked-attention block are written as dense specs. The dem
 1. runs them with the dense reference executor (numpy), then specializes them to the
    graph's sparsity (sparse engine) and runs the specialized plans;
 2. specializes both blocks as one program, plans its TaskGraph under a memory budget
-   (default 60% of its unplanned peak: every buffer kept, no memory plan; offload to host
-   memory allowed) and executes it following that plan, measuring the real peak of
-   resident bytes;
+   (``--budget``: a fraction in (0, 1] of the best schedule's peak, default 1, or bytes;
+   offload to host memory allowed; a second, tight run at 85% of that peak) and executes
+   it following that plan, measuring the real peak of resident bytes;
 3. runs the GCN's specialized plan with bf16 inputs and fp32 accumulation, every kernel
    (CSR segments, gathered block panels, gemm) on the H100 matrix-unit model, and compares
    the observed error against a float64 run with the certified and a priori error bounds;
@@ -29,7 +29,7 @@ import numpy as np
 import scipy.sparse as sp
 
 import thrifty as th
-from thrifty.cli.common import emit_json, table
+from thrifty.cli.common import emit_json, log_bins, table
 
 
 @th.program
@@ -112,8 +112,9 @@ def sparse_step(name: str, prog: th.Program, inputs: dict[str, Any],
     patterns = {}
     for node in graph:
         p = plan.propagation.effective[node.id]
-        patterns[f"%{node.id} {node.op}"] = {"shape": list(node.type.shape),
-                                             "density": float(p.density)}
+        key = node.name or f"{node.op}_{node.id}"  # inputs by name, others op_id
+        patterns[key] = {"op": node.op, "shape": list(node.type.shape),
+                         "density": float(p.density)}
     return {"spec": name, "reference_seconds": t_ref, "inspect_seconds": t_inspect,
             "specialized_seconds": t_sparse, "speedup": t_ref / t_sparse,
             "max_relative_difference": _rel(out, ref), "tasks": rep["tasks"],
@@ -142,34 +143,36 @@ def _planned_run(plan: Any, tg: Any, inputs: dict[str, Any], expected: tuple[Any
             "planner": mplan.info.get("planner", mplan.method)}, mplan
 
 
-def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget_fraction: float,
+def memory_step(inputs: dict[str, Any], expected: tuple[Any, Any], budget: float | str,
                 bandwidth: float, scheduler: Any = None,
                 offload_dir: Path | None = None) -> tuple[dict[str, Any], Any]:
     """Specialize both blocks as one program, plan its TaskGraph under a budget, and execute
     it following the plan.
 
-    The budget is a fraction of the *unplanned* peak: the bytes of running the task graph
-    with no memory plan at all, every buffer kept to the end. A second, tight budget (85%
-    of the best schedule's peak, or the proven lower bound if that is larger) shows
-    recomputation and offloading at work. The eager-free schedule, the best schedule and
-    the proven lower bound are reported next to them.
+    ``budget`` follows the one rule of :mod:`thrifty.sizes`: bytes (``"8MB"``), or a
+    fraction in (0, 1] of the best schedule's peak. A second, tight budget (85% of the best
+    schedule's peak, or the proven lower bound if that is larger) shows recomputation and
+    offloading at work. The unplanned peak (every buffer kept), the eager-free schedule,
+    the best schedule and the proven lower bound are reported next to them.
     """
     from thrifty import memory
     from thrifty.memory.budget.bounds import lower_bound
+    from thrifty.sizes import parse_budget
 
     plan = pipeline.specialize(**inputs)
     tg = plan.taskgraph
     unplanned = sum(b.size for b in tg.buffers.values())
     best = memory.schedule(tg, time_limit=2.0)
     lb = lower_bound(tg)
-    main, mplan = _planned_run(plan, tg, inputs, expected, int(budget_fraction * unplanned),
-                               bandwidth, scheduler, offload_dir)
+    main, mplan = _planned_run(plan, tg, inputs, expected,
+                               parse_budget(budget, peak=best.peak), bandwidth, scheduler,
+                               offload_dir)
     tight, tplan = _planned_run(plan, tg, inputs, expected, max(lb, int(0.85 * best.peak)),
                                 bandwidth, scheduler, offload_dir)
     return {"tasks": len(tg), "unplanned_peak": unplanned,
             "eager_schedule_peak": memory.simulate(tg, tg.order).peak,
             "best_schedule_peak": best.peak, "lower_bound": lb,
-            "budget_fraction": budget_fraction, "bandwidth": bandwidth,
+            "budget_option": budget, "bandwidth": bandwidth,
             "offload_to": str(offload_dir) if offload_dir is not None else "host memory",
             "main": main, "tight": tight}, (tg, mplan, tplan)
 
@@ -231,7 +234,7 @@ def write_plots(directory: Path, inputs: dict[str, Any], plans: dict[str, Any],
         written.append(str(directory / name))
     err = np.abs(emu.outputs[0] - emu.reference[0]).ravel()
     fig, ax = plt.subplots(figsize=(7, 4))
-    ax.hist(err[err > 0], bins=60, log=True, color="tab:blue")
+    ax.hist(err[err > 0], bins=log_bins(err[err > 0]), log=True, color="tab:blue")
     ax.axvline(emu.certified[0], color="tab:red",
                label=f"certified bound {emu.certified[0]:.3g}")
     ax.axvline(emu.observed[0], color="tab:green", ls="--",
@@ -249,20 +252,14 @@ def write_plots(directory: Path, inputs: dict[str, Any], plans: dict[str, Any],
 
 @contextlib.contextmanager
 def _progress(enabled: bool) -> Iterator[Callable[[str], None]]:
-    if not enabled:
-        yield lambda _msg: None
-        return
-    from rich.console import Console
-    from rich.progress import Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from thrifty.cli.common import progress
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(),
-                  console=Console(stderr=True), transient=True) as prog:
-        task = prog.add_task("starting", total=None)
-        yield lambda msg: prog.update(task, description=msg)
+    with progress("starting", enabled) as say:
+        yield say
 
 
 def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
-             budget_fraction: float = 0.6, bandwidth: float = 16e9, repeat: int = 3,
+             budget: float | str = 1.0, bandwidth: float = 16e9, repeat: int = 3,
              plot_dir: Path | None = None, progress: bool = False,
              scheduler: Any = None, offload_dir: Path | None = None) -> dict[str, Any]:
     """Run every step of the demo and return its figures.
@@ -271,8 +268,10 @@ def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
     process), or a ``dask.distributed.Client`` that runs both. ``offload_dir``: offload to
     files in this directory (numpy memmaps) instead of host memory.
     """
-    if not 0 < budget_fraction:
-        raise th.InfeasibleBudget(f"budget fraction {budget_fraction} must be > 0")
+    from thrifty.sizes import is_fraction, parse_budget
+
+    if not is_fraction(budget):
+        parse_budget(budget)  # bytes: refuse a malformed budget before any work
     with _progress(progress) as say:
         say("generating inputs")
         inputs = demo_inputs(scale, seed, matrix)
@@ -291,7 +290,7 @@ def run_demo(scale: int = 12, seed: int = 0, matrix: Path | None = None,
         figures["attention"], (aplan, aout) = sparse_step("attention", attention, ain,
                                                             repeat, scheduler)
         say("memory: planning both blocks' task graph under the budget, executing the plan")
-        figures["memory"], mem = memory_step(inputs, (gout, aout), budget_fraction,
+        figures["memory"], mem = memory_step(inputs, (gout, aout), budget,
                                              bandwidth, scheduler, offload_dir)
         say("numerics: the GCN's specialized kernels in bf16 on the H100 unit model")
         figures["numerics"], emu = numerics_step(inputs, gplan)
@@ -321,7 +320,7 @@ def print_summary(f: dict[str, Any]) -> None:
     runs = (m["main"], m["tight"])
     table("memory: both blocks as one task graph, planned under a budget (offload to "
           f"{m.get('offload_to', 'host memory')})",
-          ["", f"{m['budget_fraction']:.0%} of unplanned", "tight: 85% of best schedule"],
+          ["", f"--budget {m['budget_option']}", "tight: 85% of best schedule"],
           [("budget (bytes)", *(f"{r['budget']:,}" for r in runs)),
            ("planned peak (simulated)", *(f"{r['planned_peak']:,}" for r in runs)),
            ("measured peak (executed plan)", *(f"{r['measured_peak']:,}" for r in runs)),
@@ -354,10 +353,13 @@ def print_summary(f: dict[str, Any]) -> None:
 @click.option("--scale", default=12, show_default=True,
               help="Generated R-MAT graph of 2**scale vertices.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--budget", "budget_fraction", default=0.6, show_default=True,
-              help="Memory budget as a fraction of the unplanned peak.")
-@click.option("--bandwidth", default=16e9, show_default=True,
-              help="Offload bandwidth in bytes per second (PCIe-like by default).")
+@click.option("--budget", default="1", show_default=True,
+              help="Memory budget: a fraction in (0, 1] of the best schedule's peak, or "
+                   "bytes (8MB, 16MiB); see the README's option table.")
+@click.option("--offload-bandwidth", "bandwidth", type=float, default=None,
+              help="Offload bandwidth in bytes per second  [default: 16e9, PCIe-like]")
+@click.option("--bandwidth", "bandwidth_alias", type=float, default=None, hidden=True,
+              help="Deprecated alias of --offload-bandwidth.")
 @click.option("--plot", "plot_dir", type=click.Path(file_okay=False, path_type=Path),
               help="Write PNG figures into this directory.")
 @click.option("--scheduler", "address", metavar="tcp://HOST:PORT",
@@ -368,16 +370,21 @@ def print_summary(f: dict[str, Any]) -> None:
               help="Offload to files in this directory (created if missing) instead of "
                    "host memory.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
-def demo(matrix: Path | None, scale: int, seed: int, budget_fraction: float, bandwidth: float,
-         plot_dir: Path | None, address: str | None, local_workers: int | None,
-         offload_dir: Path | None, as_json: bool) -> None:
+def demo(matrix: Path | None, scale: int, seed: int, budget: str, bandwidth: float | None,
+         bandwidth_alias: float | None, plot_dir: Path | None, address: str | None,
+         local_workers: int | None, offload_dir: Path | None, as_json: bool) -> None:
     """Sparse specialization, memory planning and emulated precision on one program."""
+    from thrifty.cli.common import deprecated_alias
     from thrifty.runtime.cluster import connect
 
+    bandwidth = deprecated_alias("--bandwidth", "--offload-bandwidth", bandwidth_alias,
+                                 bandwidth)
+    if bandwidth is None:
+        bandwidth = 16e9
     try:
         with connect(address, local_workers) as client:
             figures = run_demo(scale=scale, seed=seed, matrix=matrix,
-                               budget_fraction=budget_fraction, bandwidth=bandwidth,
+                               budget=budget, bandwidth=bandwidth,
                                plot_dir=plot_dir, progress=not as_json, scheduler=client,
                                offload_dir=offload_dir)
     except th.ThriftyError as e:

@@ -133,8 +133,10 @@ def probe_cmd(unit_name: str | None, device: str | None, fin: str, fout: str,
               help="Inner dimension (dot-product length).")
 @_INSTR
 @_JSON
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Histogram of observed errors of random dot products, with the bounds.")
 def bound_cmd(unit_name: str, fin: str, fout: str, k: int, instruction: str | None,
-              as_json: bool) -> None:
+              as_json: bool, plot_path: str | None = None) -> None:
     """Error bounds of a length-k dot product on a unit: model, gamma_n, block FMA, probabilistic.
 
     Relative bounds multiply |c| + sum |a_i b_i|.
@@ -157,6 +159,10 @@ def bound_cmd(unit_name: str, fin: str, fout: str, k: int, instruction: str | No
         rows.append(probabilistic_bound(model, k))
     except FormatError as e:
         refusal = str(e)
+    if plot_path:
+        from thrifty.cli.fp_plot import error_histogram
+
+        error_histogram(model, k, rows, plot_path)
     if as_json:
         emit_json({"unit": model.name, "input": model.input, "output": model.output, "k": k,
                    "bounds": [b.to_json() for b in rows], "probabilistic_refused": refusal})

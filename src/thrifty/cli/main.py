@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import click
 
+from thrifty.cli.common import Group
 from thrifty.cli.demo import demo
 from thrifty.cli.fp import group as fp_group
 from thrifty.cli.info import info
@@ -11,7 +12,7 @@ from thrifty.cli.memory import group as memory_group
 from thrifty.cli.sparse import group as sparse_group
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="thrifty")
 def main() -> None:
     """thrifty: skip the zeros, fit the memory, trust the bits."""

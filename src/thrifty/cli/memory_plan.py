@@ -24,9 +24,12 @@ from thrifty.errors import ThriftyError
 @click.command("plan")
 @click.argument("file", type=click.Path(exists=True, dir_okay=False))
 @click.option("--budget", "-b", required=True,
-              help="Bytes (123456, 64MiB, 2GB) or a fraction < 1 of the best schedule's peak.")
+              help="Bytes (123456, 64MiB, 2GB) or a fraction in (0, 1] of the best "
+                   "schedule's peak (0.7); see the README's option table.")
 @click.option("--offload-bandwidth", type=float, default=None,
               help="Bytes per unit of the file's time; omit to forbid offloading.")
+@click.option("--bandwidth", "bandwidth_alias", type=float, default=None, hidden=True,
+              help="Deprecated alias of --offload-bandwidth.")
 @click.option("--no-recompute", is_flag=True, help="Forbid recomputation.")
 @click.option("--method", default="auto", show_default=True,
               help="auto, or one planner: checkpoint_all, chain, milp, evict, refine, "
@@ -36,25 +39,33 @@ from thrifty.errors import ThriftyError
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON.")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
               help="Draw memory over time to this image file (PNG, SVG, PDF).")
-def plan(file: str, budget: str, offload_bandwidth: float | None, no_recompute: bool,
-         method: str, time_limit: float, as_json: bool, plot_path: str | None) -> None:
+def plan(file: str, budget: str, offload_bandwidth: float | None,
+         bandwidth_alias: float | None, no_recompute: bool, method: str, time_limit: float,
+         as_json: bool, plot_path: str | None) -> None:
     """Plan FILE within a memory budget, recomputing and offloading at least time cost."""
+    from thrifty.cli.common import deprecated_alias
+
+    offload_bandwidth = deprecated_alias("--bandwidth", "--offload-bandwidth",
+                                         bandwidth_alias, offload_bandwidth)
+    from thrifty.cli.common import progress
     from thrifty.graph.taskgraph_io import load_taskgraph
     from thrifty.memory.budget import best_order, parse_budget
     from thrifty.memory.budget import plan as make_plan
     from thrifty.memory.simulate import simulate
+    from thrifty.sizes import is_fraction
 
     try:
-        g = load_taskgraph(file)
-        order = best_order(g, min(time_limit, 10.0))
-        peak = None
-        if _is_fraction(budget):
-            peak = simulate(g, order).peak
-        b = parse_budget(budget, peak=peak)
-        p = make_plan(g, b, offload_bandwidth=offload_bandwidth,
-                      recompute=not no_recompute, method=method, time_limit=time_limit,
-                      order=order)
-        r = simulate(g, p, offload_bandwidth=offload_bandwidth)
+        with progress(f"reading {file}") as say:
+            g = load_taskgraph(file)
+            say(f"best schedule of {len(g.tasks)} tasks")
+            order = best_order(g, min(time_limit, 10.0))
+            peak = simulate(g, order).peak if is_fraction(budget) else None
+            b = parse_budget(budget, peak=peak)
+            say(f"planning within {b:,} bytes ({method}, up to {time_limit:g} s per planner)")
+            p = make_plan(g, budget, offload_bandwidth=offload_bandwidth,
+                          recompute=not no_recompute, method=method, time_limit=time_limit,
+                          order=order)
+            r = simulate(g, p, offload_bandwidth=offload_bandwidth)
     except ThriftyError as e:
         raise click.ClickException(str(e)) from e
     total = g.total_time()
@@ -88,9 +99,3 @@ def plan(file: str, budget: str, offload_bandwidth: float | None, no_recompute: 
         t.add_row(k, v)
     Console().print(t)
 
-
-def _is_fraction(text: str) -> bool:
-    try:
-        return 0 <= float(text) < 1
-    except ValueError:
-        return False

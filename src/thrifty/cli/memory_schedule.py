@@ -30,15 +30,26 @@ from thrifty.memory.schedule import schedule as schedule_graph
               help="Scheduling method (auto: exact where possible, else best heuristic).")
 @click.option("--time-limit", type=click.FloatRange(min=0), default=10.0, show_default=True,
               help="Seconds the exact search may take.")
-def schedule(file: str, as_json: bool, method: str, time_limit: float) -> None:
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw memory over time of the schedule to this image file (PNG, SVG, PDF).")
+def schedule(file: str, as_json: bool, method: str, time_limit: float,
+             plot_path: str | None) -> None:
     """Order the tasks of FILE (node-link JSON, thrifty JSON or DOT) for the least peak."""
+    from thrifty.cli.common import progress
     from thrifty.graph.taskgraph_io import read_taskgraph
 
     try:
-        tf = read_taskgraph(file)
-        res = schedule_graph(tf, method=method, time_limit=time_limit)
+        with progress(f"reading {file}") as say:
+            tf = read_taskgraph(file)
+            say(f"scheduling {len(tf.graph.tasks)} tasks ({method}, up to {time_limit:g} s)")
+            res = schedule_graph(tf, method=method, time_limit=time_limit)
     except ThriftyError as e:
         raise click.ClickException(str(e)) from e
+    if plot_path:
+        from thrifty.memory.plot import plot_plan
+
+        plot_plan(tf.graph, res.order, plot_path,
+                  title=f"{tf.graph.name}: schedule ({res.method}), peak {res.peak:,} B")
     if as_json:
         click.echo(json.dumps(res.to_json(), default=list))
         return

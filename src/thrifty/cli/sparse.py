@@ -31,34 +31,43 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
                    "tcp://HOST:PORT.")
 @click.option("--seed", type=int, default=0, show_default=True)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False), default=None,
+              help="Draw the matrix's nonzero pattern (a spy plot) to this image file.")
 def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int,
-        as_json: bool) -> None:
+        as_json: bool, plot_path: str | None) -> None:
     """Specialize KERNEL to a matrix file, time it, and compare with scipy."""
     import numpy as np
     import scipy.sparse as sp
 
+    from thrifty.cli.common import progress, spy_plot
     from thrifty.errors import ThriftyError
     from thrifty.front.matrices import load_matrix
     from thrifty.sparse.bench import interleaved_times, make_inputs, peer_fns, programs
 
-    A = load_matrix(matrix)
+    with progress(f"reading {matrix}"):
+        A = load_matrix(matrix)
+    if plot_path:
+        spy_plot(A, plot_path, f"{Path(matrix).name}: {A.shape[0]} x {A.shape[1]}, "
+                               f"{A.nnz:,} nonzeros")
     prog = programs()[kernel]
     if kernel in ("masked-spgemm", "gcn", "attention") and A.shape[0] != A.shape[1]:
         raise click.UsageError(f"--kernel {kernel} needs a square matrix; {matrix} is "
                                f"{A.shape[0]} x {A.shape[1]}")
     inputs = make_inputs(kernel, A, np.random.default_rng(seed), k)
-    try:
-        plan = prog.specialize(**inputs)
-    except ThriftyError as e:
-        raise click.ClickException(str(e)) from None
-    from thrifty.runtime.schedulers import resolve_scheduler
+    with progress(f"specializing {kernel}") as say:
+        try:
+            plan = prog.specialize(**inputs)
+        except ThriftyError as e:
+            raise click.ClickException(str(e)) from None
+        from thrifty.runtime.schedulers import resolve_scheduler
 
-    try:
-        sched = None if scheduler == "auto" else resolve_scheduler(scheduler)
-    except ThriftyError as e:
-        raise click.BadParameter(str(e), param_hint="--scheduler") from None
-    peers = interleaved_times({"thrifty": lambda: plan.run(inputs, scheduler=sched),
-                               **peer_fns(kernel, A, inputs, ("scipy",))}, repeat)
+        try:
+            sched = None if scheduler == "auto" else resolve_scheduler(scheduler)
+        except ThriftyError as e:
+            raise click.BadParameter(str(e), param_hint="--scheduler") from None
+        say(f"timing {kernel} and scipy ({repeat} runs each)")
+        peers = interleaved_times({"thrifty": lambda: plan.run(inputs, scheduler=sched),
+                                   **peer_fns(kernel, A, inputs, ("scipy",))}, repeat)
     seconds = peers.pop("thrifty")
     rep = plan.report()
     out = {

@@ -3,8 +3,9 @@
 Reading follows the formats as the SuiteSparse Matrix Collection publishes them (Davis and
 Hu, "The University of Florida Sparse Matrix Collection", ACM TOMS 38(1), 2011):
 
-* Matrix Market ``.mtx`` / ``.mtx.gz`` through :func:`scipy.io.mmread` (symmetric,
-  skew-symmetric and Hermitian files are expanded to both triangles by scipy);
+* Matrix Market ``.mtx`` / ``.mtx.gz``: every data line is checked against the format's
+  grammar (:mod:`thrifty.front.matrix_market`), then parsed by :func:`scipy.io.mmread`;
+  symmetric, skew-symmetric and Hermitian files are expanded to both triangles;
 * MATLAB ``.mat`` through :func:`scipy.io.loadmat`, reading field ``A`` of the collection's
   ``Problem`` struct (a plain variable ``A`` is accepted too);
 * Rutherford-Boeing / Harwell-Boeing (``.rb``, ``.hb``, and the type-named ``.rua``,
@@ -30,15 +31,16 @@ from __future__ import annotations
 
 import gzip
 import re
+import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
-import scipy.io
 import scipy.sparse as sp
 
 from thrifty.errors import FileFormatError, PatternError, ShapeError
+from thrifty.front.matrix_market import read_matrix_market
 
 __all__ = ["load_matrix", "poisson2d", "poisson3d", "rmat", "read_rutherford_boeing",
            "MATRIX_EXTENSIONS"]
@@ -79,12 +81,14 @@ def load_matrix(path: str | Path) -> sp.csr_array:
     ((25, 25), 169)
     """
     p = Path(path)
+    if p.is_dir():
+        raise FileFormatError(p, "is a directory, not a matrix file")
     if not p.is_file():
-        raise FileFormatError(p, "no such file")
+        raise FileFormatError(p, "no such file" if not p.exists() else "not a regular file")
     name = p.name.lower()
     stem_ext = Path(name[:-3]).suffix if name.endswith(".gz") else Path(name).suffix
     if name.endswith(".mtx") or name.endswith(".mtx.gz"):
-        return _read_matrix_market(p)
+        return read_matrix_market(p)
     if name.endswith(".mat"):
         return _read_mat(p)
     if stem_ext in (".rb", ".hb") or _RB_TYPE_EXT.match(stem_ext):
@@ -106,46 +110,11 @@ def _canonical(A: object) -> sp.csr_array:
     return M
 
 
-# --- Matrix Market --------------------------------------------------------------------------
-_MM_LINE = re.compile(r"[Ll]ine (\d+)")
-
-
-def _read_matrix_market(path: Path) -> sp.csr_array:
-    try:
-        M = scipy.io.mmread(str(path))
-    except (ValueError, OverflowError, TypeError, OSError, EOFError) as exc:
-        raise _mm_error(path, exc) from exc
-    if not sp.issparse(M):  # the dense "array" layout
-        M = np.asarray(M)
-    return _canonical(M)
-
-
-def _mm_error(path: Path, exc: Exception) -> FileFormatError:
-    """A FileFormatError naming the line scipy's reader names, or the last line."""
-    msg = str(exc) or type(exc).__name__
-    m = _MM_LINE.search(msg)
-    if m:
-        line = int(m.group(1))
-        msg = _MM_LINE.sub("", msg, count=1).lstrip(": ").strip()
-        return FileFormatError(path, f"Matrix Market: {msg}", line)
-    n_lines = _count_lines(path)
-    if "runcated" in msg or "premature" in msg.lower():
-        return FileFormatError(path, f"Matrix Market: file ends after line {n_lines}: {msg}",
-                               n_lines)
-    return FileFormatError(path, f"Matrix Market header (line 1) or size line: {msg}", 1)
-
-
-def _count_lines(path: Path) -> int:
-    opener = gzip.open if path.name.lower().endswith(".gz") else open
-    try:
-        with opener(path, "rb") as fh:
-            return sum(1 for _ in fh)
-    except OSError:
-        return 0
-
-
 # --- MATLAB ---------------------------------------------------------------------------------
 def _read_mat(path: Path) -> sp.csr_array:
+    import scipy.io
+    import scipy.io.matlab
+
     try:
         data = scipy.io.loadmat(str(path), squeeze_me=True, struct_as_record=True)
     except NotImplementedError as exc:  # MATLAB v7.3 files are HDF5
@@ -214,8 +183,8 @@ def _open_text(path: Path) -> list[str]:
     try:
         with opener(path, "rt", encoding="latin-1") as fh:
             return fh.read().splitlines()
-    except (OSError, EOFError) as exc:
-        raise FileFormatError(path, f"cannot read: {exc}") from exc
+    except (OSError, EOFError, zlib.error) as exc:
+        raise FileFormatError(path, f"cannot read: {exc or type(exc).__name__}") from exc
 
 
 def _header_ints(path: Path, text: str, lineno: int, what: str, least: int) -> list[int]:

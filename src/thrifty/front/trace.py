@@ -62,7 +62,6 @@ class Tensor:
     """A symbolic tensor seen while tracing: numpy-like operators record graph nodes."""
 
     __slots__ = ("tracer", "node", "type")
-    __array_ufunc__ = None  # numpy defers to our reflected operators
     __hash__ = object.__hash__
 
     def __init__(self, tracer: _Tracer, node: int, type: TensorType) -> None:
@@ -119,6 +118,37 @@ class Tensor:
 
     def max(self, axis: int | Sequence[int] | None = None, keepdims: bool = False) -> Tensor:
         return _reduce("max", self, axis, keepdims)
+
+    # numpy functions on traced tensors record the same ops as thrifty's own functions
+    def __array_ufunc__(self, ufunc: Any, method: str, *inputs: Any, **kwargs: Any) -> Any:
+        from thrifty.front.numpy_api import apply_ufunc
+
+        return apply_ufunc(ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func: Any, types: Any, args: Any, kwargs: Any) -> Any:
+        from thrifty.front.numpy_api import apply_function
+
+        return apply_function(func, args, kwargs)
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise SpecError("a traced tensor has no values yet: np.asarray/np.array cannot be "
+                        "applied to it inside a program; use its operators and the numpy "
+                        "functions of the spec language")
+
+    def reshape(self, *shape: Any, **kwargs: Any) -> Tensor:
+        from thrifty.front.numpy_api import refuse
+
+        refuse("reshape")
+
+    def __getitem__(self, key: Any) -> Tensor:
+        from thrifty.front.numpy_api import refuse
+
+        refuse("indexing and slicing")
+
+    def astype(self, *args: Any, **kwargs: Any) -> Tensor:
+        from thrifty.front.numpy_api import refuse
+
+        refuse("astype")
 
 
 def _lift(x: Any, tracer: _Tracer, like: Tensor | None = None) -> Tensor:

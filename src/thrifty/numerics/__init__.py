@@ -27,7 +27,15 @@ from thrifty.numerics.blocks import (
     p3109_block_quantize,
 )
 from thrifty.numerics.formats import FORMATS, Format, format_names, get_format, p3109
-from thrifty.numerics.rounding import ENGINES, ROUNDINGS, SATURATIONS, decode, encode, round
+from thrifty.numerics.rounding import (
+    ENGINES,
+    ROUNDINGS,
+    SATURATIONS,
+    decode,
+    encode,
+    native_dtype,
+    round,
+)
 
 __all__ = [
     "ENGINES",
@@ -43,6 +51,7 @@ __all__ = [
     "format_names",
     "get_format",
     "mx_quantize",
+    "native_dtype",
     "nvfp4_quantize",
     "p3109",
     "p3109_block_quantize",

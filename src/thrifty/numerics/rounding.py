@@ -78,7 +78,8 @@ from thrifty.errors import FormatError
 from thrifty.numerics import rounding_fast
 from thrifty.numerics.formats import Format, get_format
 
-__all__ = ["ENGINES", "ROUNDINGS", "SATURATIONS", "STOCHASTIC", "decode", "encode", "round"]
+__all__ = ["ENGINES", "ROUNDINGS", "SATURATIONS", "STOCHASTIC", "decode", "encode", "native_dtype",
+           "round"]
 
 Rounding = Literal["nearest_even", "nearest_away", "toward_zero", "up", "down", "odd",
                    "stochastic", "stochastic_odd", "stochastic_fastest"]
@@ -382,8 +383,49 @@ def _decode_formula(codes: np.ndarray, fmt: Format) -> np.ndarray:
     return val
 
 
-def decode(codes: object, fmt: str | Format) -> np.ndarray:
-    """The float64 values of integer ``codes`` of ``fmt``.
+def native_dtype(fmt: str | Format) -> np.dtype:
+    """The numpy or ml_dtypes dtype holding exactly the values of ``fmt``.
+
+    Raises
+    ------
+    FormatError
+        If neither numpy nor the installed ml_dtypes has the format.
+
+    Examples
+    --------
+    >>> native_dtype("e4m3").name, native_dtype("binary16").name
+    ('float8_e4m3fn', 'float16')
+    """
+    fmt = get_format(fmt)
+    name = fmt.numpy_dtype
+    if name is not None and name in ("float16", "float32", "float64"):
+        return np.dtype(name)
+    if name is not None:
+        import ml_dtypes
+
+        if hasattr(ml_dtypes, name):
+            return np.dtype(getattr(ml_dtypes, name))
+    from thrifty.numerics.formats import FORMATS
+
+    have = sorted(f.name for f in FORMATS.values() if f.numpy_dtype)
+    raise FormatError(f"{fmt.name} has no numpy or ml_dtypes dtype"
+                      f"{' in this ml_dtypes version' if name else ''}; formats that have "
+                      f"one: {', '.join(have)} (use dtype='float64' for the others)")
+
+
+def _as_dtype(values: np.ndarray, fmt: Format, dtype: str) -> np.ndarray:
+    """``values`` (exact values of ``fmt``) as float64, or in the format's own dtype."""
+    if dtype == "float64":
+        return values
+    if dtype != "native":
+        raise FormatError(f"dtype {dtype!r} is not understood; valid: 'float64' (the "
+                          "default) or 'native' (the numpy/ml_dtypes dtype of the format)")
+    return values.astype(native_dtype(fmt))  # exact: every value is one of fmt's
+
+
+def decode(codes: object, fmt: str | Format, dtype: str = "float64") -> np.ndarray:
+    """The float64 values of integer ``codes`` of ``fmt`` (``dtype="native"``: as the
+    format's numpy or ml_dtypes dtype, see :func:`native_dtype`).
 
     Raises
     ------
@@ -403,16 +445,19 @@ def decode(codes: object, fmt: str | Format) -> np.ndarray:
         raise FormatError(f"codes of {fmt.name} lie in 0..{(1 << fmt.bits) - 1}, got "
                           f"values in {c.min()}..{c.max()}")
     if fmt.name == "binary64":
-        return c.astype(_U).view(np.float64)
+        return _as_dtype(c.astype(_U).view(np.float64), fmt, dtype)
     if fmt.bits <= 16:
-        return np.asarray(_decode_table(fmt)[c.astype(np.intp)])
-    return _decode_formula(c.astype(_U), fmt)
+        return _as_dtype(np.asarray(_decode_table(fmt)[c.astype(np.intp)]), fmt, dtype)
+    return _as_dtype(_decode_formula(c.astype(_U), fmt), fmt, dtype)
 
 
 def round(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
           saturation: Saturation = "none", rng: object = None,
-          stochastic_bits: int | None = None, engine: Engine = "auto") -> np.ndarray:
-    """Round ``x`` to the values of ``fmt``; the result is a float64 array.
+          stochastic_bits: int | None = None, engine: Engine = "auto",
+          dtype: str = "float64") -> np.ndarray:
+    """Round ``x`` to the values of ``fmt``; the result is a float64 array, or with
+    ``dtype="native"`` an array of the format's own numpy or ml_dtypes dtype
+    (``ml_dtypes.float8_e4m3fn`` ...; see :func:`native_dtype`).
 
     Parameters
     ----------
@@ -430,6 +475,8 @@ def round(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
         Number of random bits (1..32); required by the stochastic roundings.
     engine : {"auto", "numpy", "numba"}
         Implementation (:data:`ENGINES`); both give identical results.
+    dtype : {"float64", "native"}
+        The result's dtype: float64, or the format's own (a FormatError if it has none).
 
     Returns
     -------
@@ -443,9 +490,14 @@ def round(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
     array([1.00097656e-01, 9.99424000e+05])
     >>> round(np.float32(2.75), "binary8p3se", rounding="toward_zero")
     array(2.5)
+    >>> round(np.array([3.3, -500.0]), "e4m3", saturation="finite", dtype="native")
+    array([3.25, -448], dtype=dtype(float8_e4m3fn))
     """
     fmt = get_format(fmt)
     _check_modes(fmt, rounding, saturation, engine)
+    if dtype != "float64":
+        values = round(x, fmt, rounding, saturation, rng, stochastic_bits, engine)
+        return _as_dtype(values, fmt, dtype)
     xa = _as_float(x)
     fast = _try_fast(xa, fmt, rounding, saturation, rng, stochastic_bits, engine, True)
     if fast is not None:

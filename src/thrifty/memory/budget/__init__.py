@@ -47,6 +47,7 @@ from thrifty.memory.budget.refine import hoist_prefetches, local_search
 from thrifty.memory.budget.replay import estimate
 from thrifty.memory.model import Plan
 from thrifty.memory.schedule import schedule
+from thrifty.sizes import is_fraction
 
 __all__ = ["PLANNERS", "Context", "NoPlan", "best_order", "lower_bound", "parse_budget", "plan",
            "smallest_feasible"]
@@ -185,7 +186,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     g:
         The task graph.
     budget:
-        Bytes (an int, or a string such as ``"64MiB"``; see :func:`parse_budget`).
+        Bytes (an int, or a string such as ``"64MiB"``), or a fraction in (0, 1] of the
+        best schedule's peak (``0.7``); see :mod:`thrifty.sizes`.
     offload_bandwidth:
         Bytes per time unit of the copy stream; ``None`` forbids offloading.
     recompute:
@@ -235,7 +237,17 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     0.0
     """
     g = as_taskgraph(g)
-    b = parse_budget(budget)
+    ord_ = tuple(order) if order is not None else None
+    order_optimal = False
+    if is_fraction(budget):  # a fraction of the peak of the order the plan follows
+        from thrifty.memory.simulate import simulate
+
+        if ord_ is None:
+            sched = schedule(g, time_limit=min(time_limit, 10.0))
+            ord_, order_optimal = tuple(sched.order), sched.optimal
+        b = parse_budget(budget, peak=simulate(g, ord_).peak)
+    else:
+        b = parse_budget(budget)
     bw = _check_bandwidth(offload_bandwidth)
     if method != "auto" and method not in PLANNERS:
         raise PlanError(f"unknown planning method {method!r}; valid: auto, "
@@ -245,11 +257,9 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     lb = lower_bound(g, offload=bw is not None)
     if b < lb:
         _infeasible(g, b, bw, recompute, lb, time_limit)
-    if order is None:
+    if ord_ is None:
         sched = schedule(g, time_limit=min(time_limit, 10.0))
         ord_, order_optimal = tuple(sched.order), sched.optimal
-    else:
-        ord_, order_optimal = tuple(order), False
     ctx = Context(bw, recompute, time_limit, ord_, seed, frozenset(no_offload))
     total = g.total_time()
     names = list(PLANNERS) if method == "auto" else [method]

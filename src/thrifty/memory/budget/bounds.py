@@ -26,56 +26,15 @@ a larger budget.
 
 from __future__ import annotations
 
-import re
 import time
 from collections.abc import Hashable
 from dataclasses import replace
 
-from thrifty.errors import PlanError
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.model import Plan
+from thrifty.sizes import parse_budget  # the one reading of budgets, re-exported here
 
 __all__ = ["best_order", "lower_bound", "parse_budget", "search_smallest", "smallest_feasible"]
-
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12,
-          "kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40, "k": 2**10, "m": 2**20,
-          "g": 2**30}
-_BUDGET_RE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([a-zA-Z]*)\s*$")
-
-
-def parse_budget(value: int | float | str, peak: int | None = None) -> int:
-    """Bytes from ``123456``, ``"64MiB"``, ``"2GB"``, or a fraction < 1 of ``peak``.
-
-    Example
-    -------
-    >>> parse_budget("64MiB"), parse_budget("2GB"), parse_budget("0.5", peak=1000)
-    (67108864, 2000000000, 500)
-    """
-    if isinstance(value, bool):
-        raise PlanError(f"budget {value!r} is not a number of bytes")
-    if isinstance(value, (int, float)):
-        num, unit = float(value), ""
-        if isinstance(value, int):
-            if value < 0:
-                raise PlanError(f"budget {value} is negative; give bytes >= 0")
-            return value
-    elif isinstance(value, str):
-        m = _BUDGET_RE.match(value)
-        if not m or m.group(2).lower() not in _UNITS:
-            raise PlanError(f"budget {value!r} is not understood; give bytes ('123456'), "
-                            "bytes with a unit (B, kB, MB, GB, KiB, MiB, GiB) or a fraction "
-                            "< 1 of the best schedule's peak ('0.7')")
-        num, unit = float(m.group(1)), m.group(2).lower()
-    else:
-        raise PlanError(f"budget {value!r} is not a number of bytes or a string like '64MiB'")
-    if num != num or num < 0:
-        raise PlanError(f"budget {value!r} must be >= 0")
-    if unit == "" and num < 1:
-        if peak is None:
-            raise PlanError(f"budget {value!r} is a fraction of the best schedule's peak; "
-                            "that needs the peak (pass peak=, or give bytes)")
-        return int(num * peak)
-    return int(num * _UNITS[unit])
 
 
 def lower_bound(g: TaskGraph, offload: bool = True) -> int:
