@@ -2,7 +2,7 @@
 
 Public API: :func:`load` a task graph file, :func:`schedule` it for the least peak,
 :func:`plan` it under a budget, :func:`simulate` any schedule or plan (the independent
-oracle), :func:`from_torch` to build a TaskGraph from a PyTorch model; and the result types
+oracle); and the result types
 :class:`Plan`, :class:`Step`, :class:`ScheduleResult`, :class:`SimResult`.
 """
 
@@ -17,7 +17,7 @@ from thrifty.memory.simulate import SimResult, StepRecord, simulate
 if TYPE_CHECKING:
     from thrifty.graph.taskgraph import TaskGraph
 
-__all__ = ["Plan", "ScheduleResult", "SimResult", "Step", "StepRecord", "from_torch", "load",
+__all__ = ["Plan", "ScheduleResult", "SimResult", "Step", "StepRecord", "load",
            "plan", "schedule", "simulate"]
 
 
@@ -39,13 +39,3 @@ def plan(g: TaskGraph, budget: Any, *args: Any, **kwargs: Any) -> Plan:
     from thrifty.memory.budget import plan as _plan
 
     return _plan(g, budget, *args, **kwargs)
-
-
-def from_torch(model: Any, *example_inputs: Any, **kwargs: Any) -> TaskGraph:
-    """The forward (and backward) TaskGraph of a PyTorch model.
-
-    See :func:`thrifty.memory.torch_import.from_torch`.
-    """
-    from thrifty.memory.torch_import import from_torch as _from_torch
-
-    return _from_torch(model, *example_inputs, **kwargs)

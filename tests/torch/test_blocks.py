@@ -6,19 +6,14 @@ import pytest
 
 torch = pytest.importorskip("torch")
 
+from torch_models import resnet_like, transformer_like  # noqa: E402
+
 from thrifty.errors import GraphError, PlanError  # noqa: E402
 from thrifty.memory.budget import plan  # noqa: E402
 from thrifty.memory.model import Plan  # noqa: E402
 from thrifty.memory.schedule import schedule  # noqa: E402
 from thrifty.memory.simulate import simulate  # noqa: E402
-from thrifty.memory.torch_exec import (  # noqa: E402
-    block_graph,
-    reference_step,
-    resnet_like,
-    train_step,
-    transformer_like,
-)
-from thrifty.memory.torch_import import from_torch  # noqa: E402
+from thrifty.torch import block_graph, from_torch, reference_step, train_step  # noqa: E402
 
 
 def mse(y):
@@ -122,8 +117,8 @@ def test_training_rejects_a_bad_plan(setup):
         train_step(m, x, mse, Plan.from_steps([("compute", "Q7")]), g)
 
 
-def test_public_facade_from_torch():
-    import thrifty.memory as mem
+def test_public_module_from_torch():
+    import thrifty.torch as tt
 
-    g = mem.from_torch(torch.nn.Linear(3, 2), torch.randn(4, 3), training=False)
+    g = tt.from_torch(torch.nn.Linear(3, 2), torch.randn(4, 3), training=False)
     assert [t.attrs["op"] for t in g.tasks.values()] == ["addmm"]

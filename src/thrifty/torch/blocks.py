@@ -41,8 +41,7 @@ from thrifty.errors import GraphError, PlanError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.memory.model import Plan
 
-__all__ = ["StepResult", "block_graph", "reference_step", "resnet_like", "train_step",
-           "transformer_like"]
+__all__ = ["StepResult", "block_graph", "reference_step", "train_step"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,52 +367,3 @@ class _Executor:
             self.grad_in[i] = leaf.grad
         else:
             self.grad_in[0] = leaf.grad
-
-
-# -- small example models ----------------------------------------------------------------------
-def resnet_like(channels: int = 16, blocks: int = 4, classes: int = 10, seed: int = 0) -> Any:
-    """A small ResNet-style ``nn.Sequential``: stem, residual blocks, pooled linear head."""
-    import torch
-    from torch import nn
-
-    class Residual(nn.Module):
-        def __init__(self, c: int) -> None:
-            super().__init__()
-            self.body = nn.Sequential(nn.Conv2d(c, c, 3, padding=1, bias=False),
-                                      nn.BatchNorm2d(c), nn.ReLU(),
-                                      nn.Conv2d(c, c, 3, padding=1, bias=False),
-                                      nn.BatchNorm2d(c))
-
-        def forward(self, x: Any) -> Any:
-            return torch.relu(x + self.body(x))
-
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Sequential(nn.Conv2d(3, channels, 3, padding=1), nn.ReLU()),
-                         *[Residual(channels) for _ in range(blocks)],
-                         nn.Sequential(nn.AdaptiveAvgPool2d(1), nn.Flatten(),
-                                       nn.Linear(channels, classes)))
-
-
-def transformer_like(dim: int = 32, heads: int = 4, layers: int = 4, seed: int = 0,
-                     dropout: float = 0.1) -> Any:
-    """A small pre-norm Transformer-style ``nn.Sequential`` (with dropout, to test RNG)."""
-    import torch
-    from torch import nn
-
-    class Block(nn.Module):
-        def __init__(self) -> None:
-            super().__init__()
-            self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
-            self.attn = nn.MultiheadAttention(dim, heads, dropout=dropout, batch_first=True)
-            self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(),
-                                     nn.Linear(4 * dim, dim), nn.Dropout(dropout))
-
-        def forward(self, x: Any) -> Any:
-            h = self.ln1(x)
-            x = x + self.attn(h, h, h, need_weights=False)[0]
-            return x + self.mlp(self.ln2(x))
-
-    torch.manual_seed(seed)
-    return nn.Sequential(nn.Linear(dim, dim), *[Block() for _ in range(layers)],
-                         nn.LayerNorm(dim))
-

@@ -100,10 +100,11 @@ def from_torch(model: Any, *example_inputs: Any, training: bool = True,
     >>> sorted(t.attrs["op"] for t in g.tasks.values())[:2]
     ['addmm', 'mm']
     """
-    import torch
     from functorch.compile import make_boxed_func
     from torch._functorch.aot_autograd import aot_module
     from torch._functorch.partitioners import default_partition
+
+    import torch
 
     if not isinstance(model, torch.nn.Module):
         raise GraphError(f"from_torch expects a torch.nn.Module, got {type(model).__name__}")

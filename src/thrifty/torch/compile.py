@@ -1,0 +1,394 @@
+"""A ``torch.compile`` backend whose forward/backward split is a thrifty memory plan.
+
+``torch.compile(model, backend=backend(budget=0.5))`` captures each graph of the model with
+TorchDynamo (a graph break gives several graphs), traces each one's forward and backward
+into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to split it:
+
+1. the activation bytes plain eager training saves for backward in this graph are measured
+   with ``torch.autograd.graph.saved_tensors_hooks`` on a run of the graph on fake tensors
+   (no real computation). Parameters, buffers and inputs that do not require grad (the
+   data) are not activations; an input that requires grad and is no parameter is one (the
+   output of the graph before a graph break), as it is for eager training;
+   the budget is a fraction of them (a float) or a number of bytes per graph (an int);
+2. the joint graph becomes a TaskGraph of activation memory (:mod:`thrifty.torch.joint`)
+   and :func:`thrifty.memory.plan` plans it under the budget; the forward tasks the plan
+   computes again after the backward has started are the ones to *recompute*; every other
+   forward value the backward (or a recomputation) reads is *saved*;
+3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
+   checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
+   extracts the forward graph (returning the saved tensors) and the backward graph (with the
+   recomputations placed where the autograd engine would run them). PyTorch runs both.
+
+The plan's peak counts the forward values resident at any time; a boundary task between the
+forward and the backward needs ``room`` bytes of workspace (:func:`with_boundary`), so a
+plan under ``budget + room`` bytes holds at most ``budget`` bytes of forward values when the
+backward starts: those are the saved bytes. ``room`` is the larger of the eager saved bytes
+and the largest op's working set: the forward and the recomputations get that much working
+memory on top of what is saved. When no plan fits,
+every forward op is recomputed except the random ones (dropout masks must not be drawn
+twice) and the graph reports ``fallback``.
+
+Every compiled graph appends a :class:`GraphReport` to :attr:`Backend.reports`;
+:attr:`Backend.last_saved` holds the bytes the compiled forwards saved in the last step,
+measured on the real tensors the forward returns for backward.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import operator
+import time
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from thrifty.errors import InfeasibleBudget, PlanError
+from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+from thrifty.torch.joint import JointGraph, joint_taskgraph
+
+__all__ = ["BOUNDARY", "PARTITIONERS", "Backend", "GraphReport", "backend", "eager_saved_bytes",
+           "with_boundary"]
+
+#: ``thrifty``: the plan; ``min_cut``: PyTorch's min-cut partitioner with its
+#: ``activation_memory_budget`` set to the budget fraction; ``default``: PyTorch's default
+#: partitioner (saves what eager saves, recomputes nothing).
+PARTITIONERS = ("thrifty", "min_cut", "default")
+
+
+@dataclass
+class GraphReport:
+    """What the partition of one compiled graph decided."""
+
+    eager_saved: int          # activation bytes eager training saves in this graph
+    budget: int               # bytes the saved activations may take
+    saved: int = 0            # bytes the compiled forward saves (activations only)
+    recomputed: list[str] = field(default_factory=list)   # forward ops the backward re-runs
+    recomputed_flops: int = 0
+    plan_peak: int | None = None
+    planner: str = ""
+    fallback: bool = False
+    seconds: float = 0.0
+
+
+def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *,
+            partitioner: str = "thrifty", time_limit: float = 2.0,
+            method: str = "auto") -> Backend:
+    """A ``torch.compile`` backend that saves at most ``budget`` activation bytes.
+
+    Parameters
+    ----------
+    budget:
+        A float: the fraction of the activation bytes plain eager training saves for
+        backward (in each compiled graph); an int: bytes per compiled graph.
+    offload_bandwidth:
+        Bytes per second of the copy to host memory; when given, the planner may also
+        offload (the plan is made with it; see the README for what is executed).
+    partitioner:
+        One of :data:`PARTITIONERS` (the other two are PyTorch's, for comparison).
+    time_limit:
+        Seconds for each of thrifty's planners.
+    method:
+        The planning method (:func:`thrifty.memory.plan`).
+
+    Example
+    -------
+    >>> import torch
+    >>> m = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.Tanh(), torch.nn.Linear(64, 1))
+    >>> be = backend(budget=0.5)
+    >>> step = torch.compile(m, backend=be)
+    >>> step(torch.randn(16, 8)).sum().backward()
+    >>> be.last_saved <= 0.5 * be.reports[0].eager_saved
+    True
+    """
+    return Backend(budget, offload_bandwidth, partitioner=partitioner,
+                   time_limit=time_limit, method=method)
+
+
+class Backend:
+    """The callable ``torch.compile`` calls once per captured graph (see :func:`backend`)."""
+
+    def __init__(self, budget: float | int, offload_bandwidth: float | None = None, *,
+                 partitioner: str = "thrifty", time_limit: float = 2.0,
+                 method: str = "auto") -> None:
+        if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
+            raise PlanError(f"budget is {budget!r}; give a fraction >= 0 (a float, of the "
+                            "activation bytes eager training saves) or a number of bytes "
+                            "(an int)")
+        if partitioner not in PARTITIONERS:
+            raise PlanError(f"unknown partitioner {partitioner!r}; valid: "
+                            + ", ".join(PARTITIONERS))
+        if offload_bandwidth is not None and not offload_bandwidth > 0:
+            raise PlanError(f"offload_bandwidth is {offload_bandwidth!r}; give bytes per "
+                            "second > 0, or None to forbid offloading")
+        if not time_limit > 0:
+            raise PlanError(f"time_limit is {time_limit!r}; it must be seconds > 0")
+        self.budget = budget
+        self.offload_bandwidth = offload_bandwidth
+        self.partitioner = partitioner
+        self.time_limit = float(time_limit)
+        self.method = method
+        self.reports: list[GraphReport] = []
+        self._saved_now: dict[int, int] = {}
+
+    @property
+    def last_saved(self) -> int:
+        """Activation bytes the compiled forwards saved for backward in their last runs."""
+        return sum(self._saved_now.values())
+
+    def _limit(self, eager: int) -> int:
+        if isinstance(self.budget, float):
+            return int(self.budget * eager)
+        return int(self.budget)
+
+    def __call__(self, gm: Any, example_inputs: list[Any]) -> Any:
+        from functorch.compile import make_boxed_func
+        from torch._dynamo.backends.common import aot_autograd
+
+        import torch
+
+        active = [i for i, x in enumerate(example_inputs) if isinstance(x, torch.Tensor)
+                  and x.requires_grad and not isinstance(x, torch.nn.Parameter)]
+        eager = eager_saved_bytes(gm, example_inputs, active)
+        report = GraphReport(eager, self._limit(eager))
+        index = len(self.reports)
+        self.reports.append(report)
+        state: dict[str, Any] = {"active": active}
+
+        def fw_compiler(fw: Any, _inputs: Any) -> Any:
+            n_out = state.get("num_fwd_outputs", 0)
+            jg: JointGraph = state["joint"]
+            names = [n.name for n in fw.graph.find_nodes(op="placeholder")]
+            free = [not any(jg.graph.buffers[b].size for b in jg.buffers_of.get(n, ()))
+                    for n in names]
+
+            def run(args: list[Any]) -> Any:
+                skip = _storages([a for a, f in zip(args, free) if f])
+                out = fw(*args)
+                self._saved_now[index] = _saved_nbytes(out[n_out:], skip)
+                return out
+            run._boxed_call = True  # type: ignore[attr-defined]
+            return run
+
+        def bw_compiler(bw: Any, _inputs: Any) -> Any:
+            return make_boxed_func(bw.forward)
+
+        partition = functools.partial(self.partition, report=report, state=state)
+        return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
+                            partition_fn=partition)(gm, example_inputs)
+
+    # -- the partition ---------------------------------------------------------------------
+    def partition(self, joint: Any, joint_inputs: Any, *, report: GraphReport,
+                  state: dict[str, Any], num_fwd_outputs: int, **kw: Any) -> Any:
+        """Split ``joint`` into forward and backward graphs (AOTAutograd's partition_fn)."""
+        from torch._functorch import config
+        from torch._functorch.partitioners import (
+            default_partition,
+            min_cut_rematerialization_partition,
+        )
+
+        import torch
+
+        t0 = time.perf_counter()
+        state["num_fwd_outputs"] = num_fwd_outputs
+        jg = joint_taskgraph(joint, active=state.get("active", ()))
+        state["joint"] = jg
+        if self.partitioner == "default":
+            fw, bw = default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                       **kw)
+        elif self.partitioner == "min_cut":
+            frac = (self.budget if isinstance(self.budget, float) else
+                    min(1.0, report.budget / max(1, report.eager_saved)))
+            with config.patch(activation_memory_budget=float(frac)):
+                fw, bw = min_cut_rematerialization_partition(
+                    joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+        else:
+            recompute = self._choose(jg, report)
+            for node in joint.graph.nodes:
+                node.meta.pop("recompute", None)
+                node.meta.pop("ac_graph_id", None)
+            for node in joint.graph.nodes:
+                if _recomputes(node, jg, recompute):
+                    node.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy \
+                        .MUST_RECOMPUTE
+            fw, bw = default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs,
+                                       **kw)
+        report.saved = _graph_saved(jg, fw, num_fwd_outputs)
+        report.recomputed = [n.name for n in bw.graph.nodes
+                             if n.op == "call_function" and n.name in jg.forward
+                             and n.name in jg.task_of]
+        report.recomputed_flops = sum(jg.graph.tasks[jg.task_of[n]].attrs["flops"]
+                                      for n in report.recomputed)
+        report.seconds = time.perf_counter() - t0
+        return fw, bw
+
+    def _choose(self, jg: JointGraph, report: GraphReport) -> set[Hashable]:
+        """The forward tasks to recompute, from a plan that holds at most the budget of
+        forward values when the backward starts (see :func:`with_boundary`)."""
+        from thrifty.memory import plan
+
+        g, limit = jg.graph, report.budget
+        if _saved_bytes(jg, set()) <= limit:
+            report.planner = "none needed"
+            return set()
+        fwd = jg.forward_tasks()
+        room = max([report.eager_saved] + [sum(g.buffers[b].size for b in set(
+            t.reads) | set(t.writes)) for t in g.tasks.values()])
+        g2, order = with_boundary(jg, room)
+        pinned = sum(g.buffers[b].size for b in g.results)  # the forward's outputs
+        try:
+            p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
+                     order=order, time_limit=self.time_limit, method=self.method)
+        except InfeasibleBudget:
+            p = None
+        if p is not None:
+            recompute = _plan_recomputes(g2, p.steps)
+            if _saved_bytes(jg, recompute) <= limit:
+                report.plan_peak = int(p.info.get("peak", 0))
+                report.planner = p.method
+                return recompute
+        report.fallback = True
+        report.planner = "recompute all"
+        return {t for t in fwd if not g.tasks[t].attrs["random"]}
+
+
+#: The id of the boundary task :func:`with_boundary` adds.
+BOUNDARY = "forward/backward boundary"
+
+
+def with_boundary(jg: JointGraph, room: int) -> tuple[TaskGraph, list[Hashable]]:
+    """The joint TaskGraph with a task between the forward and the backward that needs
+    ``room`` bytes of workspace: a plan under ``limit + room`` bytes holds at most ``limit``
+    bytes of forward values when the backward starts, and ``room`` more bytes of working
+    memory elsewhere. Returns the graph and its order (the forward, the boundary, the
+    backward)."""
+    g = jg.graph
+    mark = Task(BOUNDARY, writes=(BOUNDARY,), workspace=int(room),
+                attrs={"backward": False, "boundary": True, "random": False, "flops": 0})
+    # what a forward op that must not run twice writes is saved: resident to the end
+    pinned = {b for t in g.tasks.values() if t.attrs["random"] and not t.attrs["backward"]
+              for b in t.writes}
+    g2 = TaskGraph([*g.tasks.values(), mark], [*g.buffers.values(), Buffer(BOUNDARY, 0, BOUNDARY)],
+                   results=set(g.results) | pinned, name=g.name)
+    fwd = [t for t in jg.order if not g.tasks[t].attrs["backward"]]
+    bwd = [t for t in jg.order if g.tasks[t].attrs["backward"]]
+    return g2, [*fwd, BOUNDARY, *bwd]
+
+
+def _plan_recomputes(g: TaskGraph, steps: Any) -> set[Hashable]:
+    """Forward tasks computed again after the boundary (random ops excepted)."""
+    started = False
+    out: set[Hashable] = set()
+    for s in steps:
+        if s.op != "compute":
+            continue
+        attrs = g.tasks[s.target].attrs
+        if attrs["backward"] or s.target == BOUNDARY:
+            started = True
+        elif started and not attrs["random"]:
+            out.add(s.target)
+    return out
+
+
+def _saved_bytes(jg: JointGraph, recompute: set[Hashable]) -> int:
+    """Bytes of the forward values the backward (with these recomputations) reads."""
+    g = jg.graph
+    need: set[Hashable] = set()
+    for t in g.tasks.values():
+        if t.attrs["backward"] or t.id in recompute:
+            for b in t.reads:
+                p = g.buffers[b].producer
+                if p is None or (not g.tasks[p].attrs["backward"] and p not in recompute):
+                    need.add(b)  # an input: size 0 unless it is an activation
+    return sum(g.buffers[b].size for b in need)
+
+
+def _recomputes(node: Any, jg: JointGraph, recompute: set[Hashable]) -> bool:
+    """Whether a forward FX node is tagged to be recomputed: its task is (a ``getitem``: its
+    op is), or it is a view (free to recompute) of something computed in the forward."""
+    if node.name not in jg.forward or node.op != "call_function":
+        return False
+    task = jg.task_of.get(node.name)
+    if task is not None:
+        return task in recompute
+    parent = getattr(node.args[0], "name", "") if node.target is operator.getitem else ""
+    if parent in jg.task_of:  # a multi-output op's outputs go with the op
+        return jg.task_of[parent] in recompute
+    producers = {jg.graph.buffers[b].producer for b in jg.buffers_of.get(node.name, ())}
+    producers.discard(None)
+    # a view of a saved value is recomputed from it; of a recomputed one, recomputed too
+    return bool(producers)
+
+
+def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
+    """Activation bytes among the forward graph's saved outputs, each storage once."""
+    from thrifty.torch.importer import _nbytes
+
+    out = fw.graph.find_nodes(op="output")[0].args[0]
+    seen: dict[Hashable, int] = {}
+    for n in out[num_fwd_outputs:]:
+        if not hasattr(n, "name"):
+            continue
+        bufs = jg.buffers_of.get(n.name)
+        if bufs is None:
+            seen[("node", n.name)] = _nbytes(n.meta.get("val"))
+            continue
+        for b in bufs:
+            seen[b] = jg.graph.buffers[b].size
+    return sum(seen.values())
+
+
+def _storages(tensors: Any) -> set[Any]:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    import torch
+
+    return {StorageWeakRef(t.untyped_storage()) for t in tensors if isinstance(t, torch.Tensor)}
+
+
+def _saved_nbytes(tensors: Any, skip: set[Any]) -> int:
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    import torch
+
+    seen: dict[Any, int] = {}
+    for t in tensors:
+        if isinstance(t, torch.Tensor):
+            ref = StorageWeakRef(t.untyped_storage())
+            if ref not in skip:
+                seen[ref] = t.untyped_storage().nbytes()
+    return sum(seen.values())
+
+
+def eager_saved_bytes(gm: Any, example_inputs: list[Any], active: Any = ()) -> int:
+    """Activation bytes eager autograd saves for backward running ``gm(*example_inputs)``:
+    the storages ``saved_tensors_hooks`` sees, each once, except the inputs' (parameters,
+    buffers, data) other than those at the indices ``active`` (activations from an earlier
+    graph). Runs on fake tensors: nothing is computed or mutated."""
+    from torch._guards import detect_fake_mode
+    from torch._subclasses.fake_tensor import FakeTensor, FakeTensorMode
+    from torch.multiprocessing.reductions import StorageWeakRef
+
+    import torch
+
+    mode = detect_fake_mode(example_inputs) or FakeTensorMode()
+    with mode:  # fresh leaves: the run must not touch the caller's tensors
+        args = [(x if isinstance(x, FakeTensor) else mode.from_tensor(x)).detach().clone()
+                .requires_grad_(x.requires_grad) if isinstance(x, torch.Tensor) else x
+                for x in example_inputs]
+    keep = set(active)
+    skip = _storages([a for i, a in enumerate(args) if i not in keep])
+    seen: dict[Any, int] = {}
+
+    def pack(t: Any) -> Any:
+        ref = StorageWeakRef(t.untyped_storage())
+        if ref not in skip:
+            seen[ref] = t.untyped_storage().nbytes()
+        return t
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(mode)
+        stack.enter_context(torch.enable_grad())
+        stack.enter_context(torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t))
+        gm(*args)
+    return sum(seen.values())

@@ -1,0 +1,159 @@
+"""The joint forward/backward FX graph of AOTAutograd as a TaskGraph of activation memory.
+
+AOTAutograd traces a training step into one *joint* graph: placeholders ``primals_*``
+(parameters, buffers, inputs) and ``tangents_*`` (output gradients), the forward ops, the
+backward ops, and one output: the forward outputs followed by the gradients. A partitioner
+splits it into a forward graph (which also returns the tensors saved for backward) and a
+backward graph (which recomputes whatever forward value it needs and was not saved).
+
+:func:`joint_taskgraph` turns the joint graph into a :class:`~thrifty.graph.taskgraph.TaskGraph`
+whose memory is exactly the *activation* memory the partition decides about:
+
+* every ATen call is a :class:`Task` (``attrs``: ``op``, ``flops``, ``backward``,
+  ``random``: a forward op never to recompute, see :func:`_is_pinned`); view-like ops and
+  tuple ``getitem`` allocate nothing and alias the buffer they read;
+* a forward op's outputs are buffers of their real size (``numel * itemsize`` from the
+  tensor metadata AOTAutograd propagated), and so are the inputs named ``active``
+  (activations made by an earlier graph); other placeholders (alive anyway: parameters,
+  data, output gradients) and backward outputs (gradients, backward scratch) have size 0;
+* times are the nominal roofline ``flops / NOMINAL_FLOPS + bytes / NOMINAL_BYTES_PER_S``.
+
+The tasks' order (:attr:`JointGraph.order`) is the joint graph's own: the forward, then the
+backward. A plan of this graph under a budget of ``B`` bytes keeps at most ``B`` bytes of
+forward values resident at any time; the forward values resident when the backward starts
+are the ones to save, and a forward task the plan computes again in the backward is one to
+recompute (see :mod:`thrifty.torch.compile`).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+from typing import Any
+
+from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+from thrifty.torch.importer import (
+    _VIEW_OPS,
+    NOMINAL_BYTES_PER_S,
+    NOMINAL_FLOPS,
+    _flops,
+    _nbytes,
+    _op_name,
+)
+
+__all__ = ["JointGraph", "forward_node_names", "joint_taskgraph"]
+
+
+@dataclass
+class JointGraph:
+    """A joint graph's TaskGraph and the maps between its FX nodes and tasks/buffers."""
+
+    graph: TaskGraph
+    order: list[Hashable]
+    forward: set[str]                        # names of the forward nodes (placeholders too)
+    task_of: dict[str, str] = field(default_factory=dict)      # node name -> task id
+    buffers_of: dict[str, tuple[Hashable, ...]] = field(default_factory=dict)  # node -> bufs
+
+    def forward_tasks(self) -> list[Hashable]:
+        return [t for t in self.order if not self.graph.tasks[t].attrs["backward"]]
+
+
+def forward_node_names(joint: Any) -> set[str]:
+    """The forward nodes of a joint graph, by the placement rule of PyTorch's default
+    partitioner: every node up to the last one tagged forward (or the last primal), except
+    the tangents."""
+    from torch._functorch.partitioners import (
+        _has_tag_is_forward,
+        _is_fwd_seed_offset,
+        _is_primal,
+        _is_tangent,
+    )
+
+    last = None
+    for node in joint.graph.nodes:
+        if _has_tag_is_forward(node) or _is_primal(node) or _is_fwd_seed_offset(node):
+            last = node
+    names: set[str] = set()
+    for node in joint.graph.nodes:
+        if node.op != "output" and not _is_tangent(node):
+            names.add(node.name)
+        if node is last:
+            break
+    return names
+
+
+def _is_pinned(node: Any) -> bool:
+    """Whether a forward op must run once only: a random op (its draw would differ), or a
+    functionalized in-place op such as batch norm's running-statistics update (its inputs are
+    overwritten after the forward)."""
+    import torch
+
+    return (torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
+            or _op_name(node.target).endswith("_functional"))
+
+
+def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointGraph:
+    """The activation-memory TaskGraph of an AOTAutograd joint graph (see the module doc).
+
+    ``active``: indices of the primal inputs that are activations (sized as such)."""
+    from torch._functorch.partitioners import _is_primal
+
+    fwd = forward_node_names(joint)
+    primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _is_primal(n)]
+    sized = {primals[i] for i in active if i < len(primals)}
+    tasks: list[Task] = []
+    buffers: dict[Hashable, Buffer] = {}
+    jg = JointGraph(TaskGraph([], []), [], fwd)
+    where: dict[Any, Any] = {}   # node -> buffer id, or a tuple of them
+    results: list[Hashable] = []
+    for node in joint.graph.nodes:
+        val = node.meta.get("val")
+        if node.op == "placeholder":
+            bid = f"in:{node.name}"
+            buffers[bid] = Buffer(bid, _nbytes(val) if node in sized else 0, None)
+            where[node] = bid
+        elif node.op == "call_function":
+            reads = _reads(node, where)
+            if node.target is operator.getitem:
+                parent = where.get(node.args[0])
+                where[node] = parent[node.args[1]] if isinstance(parent, tuple) else parent
+            elif _op_name(node.target) in _VIEW_OPS and reads:
+                where[node] = reads[0] if not isinstance(val, (tuple, list)) else \
+                    tuple(reads[0] for _ in val)
+            else:
+                backward = node.name not in fwd
+                tid = node.name
+                vals = list(val) if isinstance(val, (tuple, list)) else [val]
+                writes = tuple(f"{tid}.{k}" for k in range(len(vals))) \
+                    if isinstance(val, (tuple, list)) else (tid,)
+                for w, v in zip(writes, vals):
+                    buffers[w] = Buffer(w, 0 if backward else _nbytes(v), tid)
+                where[node] = writes if isinstance(val, (tuple, list)) else tid
+                moved = sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes) + sum(
+                    _nbytes(v) for v in vals)
+                flops = _flops(node)
+                tasks.append(Task(tid, reads=tuple(dict.fromkeys(reads)), writes=writes,
+                                  time=flops / NOMINAL_FLOPS + moved / NOMINAL_BYTES_PER_S,
+                                  attrs={"backward": backward, "op": _op_name(node.target),
+                                         "flops": flops, "random": _is_pinned(node)}))
+                jg.task_of[node.name] = tid
+                jg.order.append(tid)
+        elif node.op == "output":
+            results += [b for b in _reads(node, where) if b in buffers]
+        x = where.get(node)
+        if x is not None:
+            jg.buffers_of[node.name] = x if isinstance(x, tuple) else (x,)
+    jg.graph = TaskGraph(tasks, buffers.values(), results=set(results), name=name)
+    return jg
+
+
+def _reads(node: Any, where: dict) -> list[Hashable]:
+    from torch.utils._pytree import tree_leaves
+
+    out: list[Hashable] = []
+    for a in tree_leaves((node.args, node.kwargs)):
+        if hasattr(a, "op") and a in where:
+            x = where[a]
+            out.extend(x if isinstance(x, tuple) else (x,))
+    return out

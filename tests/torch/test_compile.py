@@ -1,0 +1,191 @@
+"""torch.compile with thrifty's backend: saved activations within the budget, training exact.
+
+The oracle is plain eager training of the same model from the same weights: the loss, every
+gradient and the weights after an optimizer step must be bitwise equal (CPU kernels are
+deterministic and recomputation re-runs the same kernels on the same values); the saved bytes
+are measured independently of the backend, with ``saved_tensors_hooks`` on both steps.
+"""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import torch_models as tm  # noqa: E402
+from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+
+import thrifty.torch as tt  # noqa: E402
+from thrifty.errors import PlanError  # noqa: E402
+
+
+class WithLoss(torch.nn.Module):
+    """The model and its loss in one module, so the whole step is one compiled program."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).float().square().mean()
+
+
+def saved_bytes(module, x, fn):
+    """Loss, and the activation bytes autograd saves for backward running ``fn(x)`` (storages
+    seen by ``saved_tensors_hooks``, each once; parameters, buffers and the data excluded)."""
+    skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
+                                                          *module.buffers(), x]}
+    seen = {}
+
+    def pack(t):
+        ref = StorageWeakRef(t.untyped_storage())
+        if ref not in skip:
+            seen[ref] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = fn(x)
+    return loss, sum(seen.values())
+
+
+def train(module, fn, x, steps=2):
+    """``steps`` SGD steps; per step the loss, saved bytes and gradients; then the weights."""
+    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss, nbytes = saved_bytes(module, x, fn)
+        loss.backward()
+        out.append((loss.detach(), nbytes, {n: p.grad.clone() for n, p in
+                                            module.named_parameters()}))
+        opt.step()
+    return out, {n: p.detach().clone() for n, p in module.named_parameters()}
+
+
+CASES = [("mlp", 1.0), ("mlp", 0.5), ("mlp", 0.3), ("residual", 1.0), ("residual", 0.5),
+         ("attention", 1.0), ("attention", 0.5), ("attention", 0.3), ("graph_break", 0.5),
+         ("gpt2", 0.5), ("gpt2", 0.3)]
+
+
+@pytest.fixture(scope="module")
+def eager():
+    cache = {}
+
+    def get(name):
+        if name not in cache:
+            model, x = tm.build(name)
+            start = copy.deepcopy(model)
+            m = WithLoss(model)
+            cache[name] = (start, x, train(m, m, x))
+        return cache[name]
+    return get
+
+
+@pytest.mark.parametrize(("name", "budget"), CASES)
+def test_compiled_training_is_exact_within_budget(eager, name, budget):
+    start, x, (ref_steps, ref_weights) = eager(name)
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=budget, time_limit=1.0)
+    compiled = torch.compile(m, backend=be)
+    steps, weights = train(m, compiled, x)
+    torch._dynamo.reset()
+    for (loss, nbytes, grads), (rloss, rbytes, rgrads) in zip(steps, ref_steps):
+        assert torch.equal(loss, rloss)
+        assert grads.keys() == rgrads.keys()
+        for k in grads:
+            assert torch.equal(grads[k], rgrads[k]), k
+        assert nbytes <= budget * rbytes, (nbytes, rbytes)
+        assert nbytes == be.last_saved  # the backend's own count agrees with the hooks'
+    for k in weights:
+        assert torch.equal(weights[k], ref_weights[k]), k
+    assert sum(r.eager_saved for r in be.reports) == ref_steps[0][1]
+    if name == "graph_break":
+        # the model's two halves, and the loss (whose one saved tensor is its input: an
+        # activation of the graph before, which no plan of this graph can recompute)
+        assert len(be.reports) == 3
+        assert be.reports[2].saved == be.reports[2].eager_saved
+        reports = be.reports[:2]
+    else:
+        assert len(be.reports) == 1
+        reports = be.reports
+    for r in reports:
+        assert not r.fallback and r.saved <= r.budget
+        assert (r.recomputed != []) == (r.planner != "none needed")
+        if budget < 1.0:
+            assert r.recomputed and r.recomputed_flops > 0
+
+
+def test_pinned_ops_are_saved_and_the_miss_is_reported(eager):
+    """Batch norm's functionalized op (its running statistics are overwritten after the
+    forward) is never recomputed, so its outputs are saved: below their bytes no plan fits,
+    and the backend says so (``fallback``) while training stays exact."""
+    start, x, (ref_steps, _) = eager("residual")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=0.2, time_limit=1.0)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    (r,) = be.reports
+    assert r.fallback and r.saved > r.budget
+    assert not any("batch_norm" in n for n in r.recomputed)
+    for k, g in steps[0][2].items():
+        assert torch.equal(g, ref_steps[0][2][k]), k
+
+
+@pytest.mark.parametrize("partitioner", ["default", "min_cut"])
+def test_pytorch_partitioners_through_the_same_backend(eager, partitioner):
+    start, x, (ref_steps, _) = eager("attention")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=0.5, partitioner=partitioner)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    assert steps[0][1] == be.last_saved
+    if partitioner == "default":
+        assert be.reports[0].recomputed == []
+    for k, g in steps[0][2].items():
+        assert torch.equal(g, ref_steps[0][2][k]), k
+
+
+def test_integer_budget_is_bytes(eager):
+    start, x, (ref_steps, _) = eager("mlp")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=70_000, time_limit=1.0)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    assert be.reports[0].budget == 70_000
+    assert 0 < steps[0][1] <= 70_000 < ref_steps[0][1]
+
+
+def test_joint_taskgraph_sizes():
+    """Forward values are sized from the tensor metadata; everything else is free."""
+    from torch._functorch.aot_autograd import aot_module
+
+    seen = {}
+
+    def partition(joint, inputs, *, num_fwd_outputs, **kw):
+        from torch._functorch.partitioners import default_partition
+
+        seen["jg"] = tt.joint_taskgraph(joint)
+        return default_partition(joint, inputs, num_fwd_outputs=num_fwd_outputs, **kw)
+
+    lin = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU())
+    out = aot_module(lin, fw_compiler=lambda g, _: g, bw_compiler=lambda g, _: g,
+                     partition_fn=partition)(torch.randn(3, 4))
+    out.sum().backward()
+    jg = seen["jg"]
+    sizes = {jg.graph.tasks[t].attrs["op"]: jg.graph.buffers[jg.graph.tasks[t].writes[0]].size
+             for t in jg.order}
+    assert sizes["addmm"] == sizes["relu"] == 3 * 8 * 4
+    assert all(b.size == 0 for b in jg.graph.buffers.values() if b.producer is None)
+    assert all(jg.graph.buffers[w].size == 0 for t in jg.graph.tasks.values()
+               if t.attrs["backward"] for w in t.writes)
+
+
+@pytest.mark.parametrize("bad", [dict(budget=-0.5), dict(budget="half"),
+                                 dict(budget=0.5, partitioner="greedy"),
+                                 dict(budget=0.5, offload_bandwidth=0),
+                                 dict(budget=0.5, time_limit=0)])
+def test_bad_arguments(bad):
+    with pytest.raises(PlanError):
+        tt.backend(**bad)
