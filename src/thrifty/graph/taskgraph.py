@@ -74,48 +74,47 @@ class TaskGraph:
 
     def __init__(self, tasks: Iterable[Task], buffers: Iterable[Buffer],
                  results: Iterable[BufferId] | None = None, name: str = "taskgraph") -> None:
-        label = name
-        name = name if len(str(name)) <= 60 else str(name)[:55] + " ..."  # for messages
+        who = name if len(str(name)) <= 60 else str(name)[:55] + " ..."  # for messages
         task_map: dict[TaskId, Task] = {}
         for t in tasks:
             if t.id in task_map:
-                raise GraphError(f"{name}: duplicate task id {_r(t.id)}")
+                raise GraphError(f"{who}: duplicate task id {_r(t.id)}")
             task_map[t.id] = t
         buf_map: dict[BufferId, Buffer] = {}
         for buf in buffers:
             if buf.id in buf_map:
-                raise GraphError(f"{name}: duplicate buffer id {_r(buf.id)}")
+                raise GraphError(f"{who}: duplicate buffer id {_r(buf.id)}")
             if not isinstance(buf.size, int) or isinstance(buf.size, bool) or buf.size < 0:
-                raise GraphError(f"{name}: buffer {_r(buf.id)} has size {_r(buf.size)}; sizes "
+                raise GraphError(f"{who}: buffer {_r(buf.id)} has size {_r(buf.size)}; sizes "
                                  "are integers >= 0 bytes")
             buf_map[buf.id] = buf
         readers: dict[BufferId, list[TaskId]] = {b: [] for b in buf_map}
         for t in task_map.values():
             if not (t.time >= 0) or t.time != t.time:
                 raise GraphError(
-                    f"{name}: task {_r(t.id)} has time {_r(t.time)}; times are numbers >= 0")
+                    f"{who}: task {_r(t.id)} has time {_r(t.time)}; times are numbers >= 0")
             if t.workspace < 0:
-                raise GraphError(f"{name}: task {_r(t.id)} has negative workspace {t.workspace}")
+                raise GraphError(f"{who}: task {_r(t.id)} has negative workspace {t.workspace}")
             for b in t.reads:
                 if b not in buf_map:
-                    raise GraphError(f"{name}: task {_r(t.id)} reads unknown buffer {_r(b)}")
+                    raise GraphError(f"{who}: task {_r(t.id)} reads unknown buffer {_r(b)}")
                 readers[b].append(t.id)
             for b in t.writes:
                 if b not in buf_map:
-                    raise GraphError(f"{name}: task {_r(t.id)} writes unknown buffer {_r(b)}")
+                    raise GraphError(f"{who}: task {_r(t.id)} writes unknown buffer {_r(b)}")
                 if buf_map[b].producer != t.id:
                     raise GraphError(
-                        f"{name}: task {_r(t.id)} writes buffer {_r(b)} whose producer is "
+                        f"{who}: task {_r(t.id)} writes buffer {_r(b)} whose producer is "
                         f"{_r(buf_map[b].producer)}")
         for buf in buf_map.values():
             if buf.producer is not None and buf.producer not in task_map:
                 raise GraphError(
-                    f"{name}: buffer {_r(buf.id)} has unknown producer {_r(buf.producer)}")
+                    f"{who}: buffer {_r(buf.id)} has unknown producer {_r(buf.producer)}")
             if buf.producer is not None and buf.id not in task_map[buf.producer].writes:
                 raise GraphError(
-                    f"{name}: buffer {_r(buf.id)} names producer {_r(buf.producer)}, "
+                    f"{who}: buffer {_r(buf.id)} names producer {_r(buf.producer)}, "
                     "which does not list it in its writes")
-        self.name = label
+        self.name = name
         self.tasks: Mapping[TaskId, Task] = MappingProxyType(task_map)
         self.buffers: Mapping[BufferId, Buffer] = MappingProxyType(buf_map)
         self.readers: Mapping[BufferId, tuple[TaskId, ...]] = MappingProxyType(
@@ -131,14 +130,14 @@ class TaskGraph:
         self._preds = {t: tuple(p) for t, p in preds.items()}
         self._succs = {t: tuple(s) for t, s in succs.items()}
         self.order: tuple[TaskId, ...] = _topological_order(task_map, self._preds,
-                                                            self._succs, name)
+                                                            self._succs, who)
         if results is None:
             res = frozenset(b for b, r in self.readers.items() if not r)
         else:
             res = frozenset(results)
             unknown = [b for b in res if b not in buf_map]
             if unknown:
-                raise GraphError(f"{name}: results name unknown buffers {_r(unknown)}")
+                raise GraphError(f"{who}: results name unknown buffers {_r(unknown)}")
         self.results: frozenset[BufferId] = res
 
     # -- networkx --------------------------------------------------------------------------
