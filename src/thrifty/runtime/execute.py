@@ -312,13 +312,20 @@ class _Local:
 
 
 class _Distributed:
-    """Values held on a dask.distributed cluster as futures; offload gathers them here."""
+    """Values held on a dask.distributed cluster as futures; offload gathers them here.
+
+    Every value has a lineage on the scheduler (inputs and prefetched values are tasks that
+    return them), so a worker lost at any point of a run is recovered by recomputation.
+    """
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
     def put(self, value: Any) -> Any:
-        return self.client.scatter(value, hash=False)
+        # a task that returns the value, not scattered data: the scheduler keeps the value
+        # in the task's spec, so a worker lost with it can recompute it (scattered data has
+        # no lineage and would be lost for good)
+        return self.client.submit(_identity, value, pure=False)
 
     def get(self, handle: Any) -> Any:
         try:
@@ -347,6 +354,10 @@ class _Distributed:
                 size.release()
             f.release()
         return out
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _pick(values: tuple[Any, ...], i: int) -> Any:
