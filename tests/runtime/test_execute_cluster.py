@@ -98,10 +98,22 @@ def _chain_with_input(marker: Path, where: str) -> TaskGraph:
          Buffer("w", 8000, "t3")])
 
 
+@pytest.fixture()
+def fresh_client():
+    """A cluster of its own: a worker of it dies in the test."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=50) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
 @pytest.mark.parametrize("where", ["t1", "t2", "t3"])
-def test_worker_killed_with_scattered_inputs_gives_the_right_result(client, tmp_path, where):
+def test_worker_killed_with_scattered_inputs_gives_the_right_result(fresh_client, tmp_path,
+                                                                     where):
     x = np.arange(1000.0)
     g = _chain_with_input(tmp_path / "marker", where)
-    r = execute(g, Plan.from_order(g, g.order), {"x": x}, scheduler=client)
+    r = execute(g, Plan.from_order(g, g.order), {"x": x}, scheduler=fresh_client)
     assert (tmp_path / "marker").exists()  # a worker really died
     np.testing.assert_array_equal(r.results["w"], (x + 1) * x - x)
