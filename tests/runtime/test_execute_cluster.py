@@ -72,3 +72,48 @@ def test_worker_killed_mid_run_gives_the_right_result(client, tmp_path):
     r = execute(g, Plan.from_order(g, g.order), {}, scheduler=client)
     assert (tmp_path / "marker").exists()  # a worker really died
     np.testing.assert_array_equal(r.results["out"], np.arange(1000.0) * 3 + 1)
+
+
+def _die_once(marker: Path) -> None:
+    if not marker.exists():
+        marker.write_text("killed once")
+        os._exit(1)  # the worker process dies mid-run
+
+
+def _chain_with_input(marker: Path, where: str) -> TaskGraph:
+    """x (an input, scattered to the cluster) -> y -> z -> w, each step reading x again; the
+    worker running step ``where`` dies the first time."""
+    def step(name: str, f):
+        def run(*args):
+            if name == where:
+                _die_once(marker)
+            return f(*args)
+        return run
+
+    return TaskGraph(
+        [Task("t1", reads=("x",), writes=("y",), fn=step("t1", lambda x: x + 1)),
+         Task("t2", reads=("y", "x"), writes=("z",), fn=step("t2", lambda y, x: y * x)),
+         Task("t3", reads=("z", "x"), writes=("w",), fn=step("t3", lambda z, x: z - x))],
+        [Buffer("x", 8000), Buffer("y", 8000, "t1"), Buffer("z", 8000, "t2"),
+         Buffer("w", 8000, "t3")])
+
+
+@pytest.fixture()
+def fresh_client():
+    """A cluster of its own: a worker of it dies in the test."""
+    from distributed import Client, LocalCluster
+
+    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                      dashboard_address=None, silence_logs=50) as cluster, \
+            Client(cluster) as c:
+        yield c
+
+
+@pytest.mark.parametrize("where", ["t1", "t2", "t3"])
+def test_worker_killed_with_scattered_inputs_gives_the_right_result(fresh_client, tmp_path,
+                                                                     where):
+    x = np.arange(1000.0)
+    g = _chain_with_input(tmp_path / "marker", where)
+    r = execute(g, Plan.from_order(g, g.order), {"x": x}, scheduler=fresh_client)
+    assert (tmp_path / "marker").exists()  # a worker really died
+    np.testing.assert_array_equal(r.results["w"], (x + 1) * x - x)

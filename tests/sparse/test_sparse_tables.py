@@ -85,3 +85,15 @@ def test_input_buffer_names_the_buffers_a_memory_plan_feeds():
     assert feed[plan.input_buffer("x")] is x
     with pytest.raises(th.SpecError, match="no input 'y'; the plan's inputs are"):
         plan.input_buffer("y")
+
+
+def test_the_engines_plan_is_data_and_says_how_to_run_it():
+    A = poisson2d(10)
+    x = np.ones(A.shape[0])
+    g = th.program(lambda A, x: A @ x).trace(A=A, x=x)
+    data = specialize(g, {"A": A, "x": x})
+    with pytest.raises(th.SpecError, match="thrifty.runtime.specialize"):
+        data(A=A, x=x)
+    runnable = runtime.RunnablePlan.of(data)
+    np.testing.assert_allclose(runnable(A=A, x=x), A @ x, rtol=1e-12)
+    assert runnable.taskgraph is data.taskgraph

@@ -81,11 +81,11 @@ class _HostTier:
     """Where offloaded values live: host-memory copies, or ``.npy`` files in a private
     directory of ``offload_dir``.
 
-    Files hold numeric arrays only, written and read without pickle
-    (``allow_pickle=False``), each created with ``O_EXCL`` and mode 0600 in a directory
-    made by :func:`tempfile.mkdtemp` (mode 0700); :meth:`close` removes the directory with
-    whatever is left in it (after success, failure or an interrupt). Values that are not
-    such arrays (sparse matrices, tuples, object arrays) stay in host memory as copies.
+    Files hold numeric arrays only (a CSR/CSC matrix as its three arrays), written and read
+    without pickle (``allow_pickle=False``), each created with ``O_EXCL`` and mode 0600 in a
+    directory made by :func:`tempfile.mkdtemp` (mode 0700); :meth:`close` removes the
+    directory with whatever is left in it (after success, failure or an interrupt). Other
+    values (tuples, object arrays, anything else) stay in host memory as copies.
     """
 
     def __init__(self, directory: str | os.PathLike[str] | None) -> None:
@@ -97,28 +97,54 @@ class _HostTier:
         self.files_written = 0
 
     def put(self, key: Hashable, value: Any) -> None:
-        if self.dir is None or not isinstance(value, np.ndarray) or value.dtype.hasobject:
+        if self.dir is not None and _numeric(value):
+            self.store[key] = ("npy", self._write(value))
+        elif self.dir is not None and _compressed(value):
+            parts = tuple(self._write(a) for a in (value.data, value.indices, value.indptr))
+            self.store[key] = ("sparse", (parts, value.shape, value.format, type(value)))
+        else:
             self.store[key] = ("mem", value.copy() if hasattr(value, "copy") else value)
             return
+        self.files_written += 1
+
+    def _write(self, array: np.ndarray) -> Path:
+        """A new file (``O_EXCL``, mode 0600) holding ``array`` as ``.npy``, no pickle."""
+        assert self.dir is not None
         path = self.dir / f"{next(self._serial)}.npy"
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "wb") as f:
-            np.lib.format.write_array(f, value, allow_pickle=False)
-        self.files_written += 1
-        self.store[key] = ("npy", path)
+            np.lib.format.write_array(f, np.ascontiguousarray(array), allow_pickle=False)
+        return path
 
     def take(self, key: Hashable) -> Any:
         kind, item = self.store.pop(key)
         if kind == "mem":
             return item
-        value = np.load(item, allow_pickle=False)
-        os.unlink(item)
-        return value
+        if kind == "npy":
+            return _read(item)
+        (pd, pi, pp), shape, fmt, cls = item
+        return cls((_read(pd), _read(pi), _read(pp)), shape=shape)
 
     def close(self) -> None:
         self.store.clear()
         if self.dir is not None:
             shutil.rmtree(self.dir, ignore_errors=True)
+
+
+def _numeric(value: Any) -> bool:
+    return isinstance(value, np.ndarray) and not value.dtype.hasobject
+
+
+def _compressed(value: Any) -> bool:
+    """A scipy CSR/CSC matrix or array of numeric values."""
+    return getattr(value, "format", None) in ("csr", "csc") and _numeric(value.data) and \
+        _numeric(value.indices) and _numeric(value.indptr)
+
+
+def _read(path: Path) -> np.ndarray:
+    value = np.load(path, allow_pickle=False)
+    os.unlink(path)
+    return value
 
 
 def _private_dir(directory: Path) -> Path:
@@ -312,13 +338,20 @@ class _Local:
 
 
 class _Distributed:
-    """Values held on a dask.distributed cluster as futures; offload gathers them here."""
+    """Values held on a dask.distributed cluster as futures; offload gathers them here.
+
+    Every value has a lineage on the scheduler (inputs and prefetched values are tasks that
+    return them), so a worker lost at any point of a run is recovered by recomputation.
+    """
 
     def __init__(self, client: Any) -> None:
         self.client = client
 
     def put(self, value: Any) -> Any:
-        return self.client.scatter(value, hash=False)
+        # a task that returns the value, not scattered data: the scheduler keeps the value
+        # in the task's spec, so a worker lost with it can recompute it (scattered data has
+        # no lineage and would be lost for good)
+        return self.client.submit(_identity, value, pure=False)
 
     def get(self, handle: Any) -> Any:
         try:
@@ -347,6 +380,10 @@ class _Distributed:
                 size.release()
             f.release()
         return out
+
+
+def _identity(value: Any) -> Any:
+    return value
 
 
 def _pick(values: tuple[Any, ...], i: int) -> Any:

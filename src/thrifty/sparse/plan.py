@@ -61,6 +61,16 @@ class SparsePlan:
         self.const_values = tuple(self._consts.values())
         self._out_dtypes = tuple(np.dtype(graph[o].type.dtype) for o in graph.outputs)
 
+    def run(self, inputs: Mapping[str, Any], scheduler: Any = None) -> Any:
+        """Refused: a SparsePlan is data; the runtime runs it."""
+        raise SpecError("a SparsePlan is the sparse engine's data and does not run itself; "
+                        "run it with thrifty.runtime.RunnablePlan.of(plan), or get a "
+                        "runnable plan from program.specialize(...) or "
+                        "thrifty.runtime.specialize(graph, inputs)")
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        return self.run(kwargs)
+
     def input_buffer(self, name: str) -> str:
         """The buffer of :attr:`taskgraph` that holds input ``name``."""
         if name not in self.inputs:
@@ -98,6 +108,10 @@ class SparsePlan:
     def pack_outputs(self, vals: Sequence[Any]) -> Any:
         """The values of :meth:`output_buffers` as the program returns them: each in its
         node's dtype (CSR arrays as ``csr_array``), in the structure the spec returned."""
+        if self.structure is None and len(vals) == 1:  # the common case, cheaply
+            val = vals[0]
+            if type(val) is np.ndarray and val.dtype == self._out_dtypes[0]:
+                return val
         outs = []
         for val, dt in zip(vals, self._out_dtypes):
             if type(val) is np.ndarray:
