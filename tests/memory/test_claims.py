@@ -20,7 +20,19 @@ Two oracles, written here and sharing no code with the planners:
   prefetches. Time does not enter: the simulator accounts memory by step, so the copy
   bandwidth changes makespans, never peaks.
 
-With no recompute and no offload both oracles must agree (checked on every graph).
+With no recompute and no offload both oracles must agree; with offload the least budget
+has a closed form (:func:`least_budget_offloading`), checked against the search
+(``test_oracles_agree``) and used in the main test, where the search with offload would
+take most of the time.
+
+The main property test draws 2,000 graphs of at most 7 tasks and checks, on each: every
+schedule claim (``optimal``, the lower bound, for ``auto``, ``liu``, ``sp``, ``exact``, with
+and without the reductions; the reductions keep the least peak), the per-task and budget
+lower bounds, and for one variant drawn per graph (recompute only, offload only, both,
+neither) :func:`~thrifty.memory.budget.smallest_feasible` and :func:`~thrifty.memory.budget.plan`
+at the least budget and one byte below it: every plan is replayed by the simulator, and
+every ``InfeasibleBudget`` is checked (called infeasible only when it is, its ``smallest``
+the true least budget when said proven, and above the refused budget).
 """
 
 from __future__ import annotations

@@ -1,0 +1,96 @@
+"""Benchmark: how the scheduler's and the planner's time grow with the size of the graph.
+
+On random layered DAGs (:func:`thrifty.memory.order.generate.random_layered`, width 24, the
+shape of the schedule benchmark's generated graphs) of growing size, times
+:func:`thrifty.memory.schedule` (``time_limit`` small: the heuristics, bounds and
+reductions are what grows) and :func:`thrifty.memory.budget.plan` at a budget of
+``--fraction`` of the best schedule's peak (given the order, so that the scheduler is not
+timed twice), and prints each time, the time per task, and the exponent ``k`` of the least
+squares fit ``time ~ n^k`` over the sizes measured (``k`` close to 1: linear; n log n over
+this range fits ``k`` of about 1.1).
+
+Usage::
+
+    python benchmarks/memory_scale.py --sizes 5000 10000 50000 200000
+    python benchmarks/memory_scale.py --sizes 5000 10000 --plan-sizes 5000 10000   # short
+
+Timings on a shared machine are noisy: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from thrifty.memory import schedule, simulate
+from thrifty.memory.budget import plan
+from thrifty.memory.order.generate import random_layered
+
+
+def fitted_exponent(sizes: list[int], seconds: list[float]) -> float | None:
+    """Least-squares slope of log(seconds) against log(size)."""
+    pts = [(math.log(n), math.log(s)) for n, s in zip(sizes, seconds) if s > 0]
+    if len(pts) < 2:
+        return None
+    mx = sum(x for x, _ in pts) / len(pts)
+    my = sum(y for _, y in pts) / len(pts)
+    sxx = sum((x - mx) ** 2 for x, _ in pts)
+    return sum((x - mx) * (y - my) for x, y in pts) / sxx if sxx else None
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[5000, 10000, 50000, 200000])
+    ap.add_argument("--plan-sizes", type=int, nargs="*", default=None,
+                    help="sizes to plan (default: all)")
+    ap.add_argument("--fraction", type=float, default=0.9)
+    ap.add_argument("--time-limit", type=float, default=1.0,
+                    help="the scheduler's and the planner's time_limit (s)")
+    args = ap.parse_args()
+    plan_sizes = set(args.sizes if args.plan_sizes is None else args.plan_sizes)
+    console = Console()
+    table = Table(title="layered graphs (width 24): time against tasks")
+    for col in ("tasks", "schedule s", "µs/task", "method", "plan s", "µs/task", "planner",
+                "peak / best"):
+        table.add_column(col, justify="right")
+    rows: list[tuple[int, float, float | None]] = []
+    for n in args.sizes:
+        g = random_layered(n, width=24, seed=n)
+        t0 = time.perf_counter()
+        r = schedule(g, time_limit=args.time_limit)
+        ts = time.perf_counter() - t0
+        tp: float | None = None
+        planner, ratio = "", ""
+        if n in plan_sizes:
+            budget = int(args.fraction * r.peak)
+            t0 = time.perf_counter()
+            try:
+                p = plan(g, budget, order=r.order, time_limit=args.time_limit,
+                         use_milp=False)
+                tp = time.perf_counter() - t0
+                planner = p.method
+                ratio = f"{simulate(g, p).peak / r.peak:.3f}"
+            except Exception as e:  # noqa: BLE001 - a row of the table says what failed
+                tp = time.perf_counter() - t0
+                planner = type(e).__name__
+        rows.append((n, ts, tp))
+        console.print(f"{n:,} tasks: schedule {ts:.2f} s ({r.method}), plan "
+                      f"{'-' if tp is None else f'{tp:.2f} s'} {planner} {ratio}")
+        table.add_row(f"{n:,}", f"{ts:.2f}", f"{1e6 * ts / n:.0f}", r.method,
+                      "" if tp is None else f"{tp:.2f}",
+                      "" if tp is None else f"{1e6 * tp / n:.0f}", planner, ratio)
+    console.print(table)
+    ks = fitted_exponent([n for n, _, _ in rows], [s for _, s, _ in rows])
+    planned = [(n, tp) for n, _, tp in rows if tp is not None]
+    kp = fitted_exponent([n for n, _ in planned], [t for _, t in planned])
+    console.print(f"fitted exponent (time ~ n^k): schedule k = "
+                  f"{'n/a' if ks is None else f'{ks:.2f}'}, plan k = "
+                  f"{'n/a' if kp is None else f'{kp:.2f}'}")
+
+
+if __name__ == "__main__":
+    main()
