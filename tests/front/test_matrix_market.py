@@ -121,3 +121,21 @@ def test_a_directory_is_named_as_one(tmp_path):
     d.mkdir()
     with pytest.raises(FileFormatError, match="is a directory"):
         load_matrix(d)
+
+
+@pytest.mark.parametrize(("text", "shape", "error"), [
+    ("%%MatrixMarket matrix array real general\n0 3\n", (0, 3), None),  # scipy: SIGFPE
+    ("%%MatrixMarket matrix array complex general\n0 0\n", (0, 0), None),
+    ("%%MatrixMarket matrix array complex skew-symmetric\n2 2\n2 2\n\n0.0 0.0", None,
+     "2 values where the size line declares 1"),  # scipy: SIGFPE
+    ("%%MatrixMarket matrix array real general\n0 2\n1\n", None, "declares 0"),
+])
+def test_empty_and_overfull_arrays_never_reach_scipy(tmp_path, text, shape, error):
+    path = _write(tmp_path, text)
+    if error is None:
+        A = load_matrix(path)
+        assert A.shape == shape and A.nnz == 0
+        assert A.dtype == (np.complex128 if "complex" in text else np.float64)
+    else:
+        with pytest.raises(FileFormatError, match=error):
+            load_matrix(path)

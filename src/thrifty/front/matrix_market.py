@@ -54,6 +54,9 @@ _INDEX = rb"[0-9]+"
 _INTEGER = rb"-?[0-9]+"
 _REAL = (rb"-?(?:(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?"
          rb"|(?i:inf|infinity|nan))")
+# the same grammar, possessive (no backtracking), for the fast pass over well-spaced lines
+_REAL_FAST = (rb"-?+(?:[0-9]++(?:\.[0-9]*+)?+|\.[0-9]++)(?:[eE][+-]?+[0-9]++)?+"
+              rb"|-?+(?i:inf(?:inity)?+|nan)")
 _SEP = rb"[ \t]+"
 _LINE_MM = re.compile(r"[Ll]ine (\d+)")
 
@@ -208,12 +211,15 @@ def _value_tokens(h: _Header) -> list[bytes]:
 def _line_regexes(h: _Header) -> tuple[re.Pattern[bytes], re.Pattern[bytes]]:
     """A fast regex for the usual layout and one for the first bad line of any layout.
 
-    The first finds a newline not followed by a line of single-space-separated tokens (the
-    layout every writer we know of uses); from there, the second finds the first line that
-    is neither blank nor well-formed with any spacing.
+    The first matches (possessively, without backtracking) as many lines of
+    single-space-separated tokens as it can (the layout every writer we know of uses); from
+    where it stops, the second finds the first line that is neither blank nor well-formed
+    with any spacing.
     """
     tokens = _value_tokens(h)
-    strict = re.compile(rb"\n(?!" + b" ".join(tokens) + rb"(?:\n|\Z))")
+    fast = {_REAL: rb"(?:" + _REAL_FAST + rb")"}
+    line = b" ".join(fast.get(t, t.replace(b"]+", b"]++")) for t in tokens)
+    strict = re.compile(rb"(?:" + line + rb"\n)*+(?:" + line + rb")?+")
     good = rb"[ \t]*(?:" + _SEP.join(tokens) + rb")?[ \t]*\r?$"
     return strict, re.compile(rb"^(?!" + good + rb").*$", re.M)
 
@@ -232,9 +238,11 @@ def _check_data_lines(path: Path, raw: bytes, h: _Header) -> None:
         stored = 0
     else:
         strict, lenient = _line_regexes(h)
-        miss = strict.search(raw, h.data_start - 1, end)
-        if miss is not None:
-            bad = lenient.search(raw, miss.start() + 1, end)
+        m = strict.match(raw, h.data_start)  # always matches (possibly nothing)
+        stop = m.end() if m is not None else h.data_start
+        if stop < len(raw):
+            line_start = max(h.data_start, raw.rfind(b"\n", 0, stop) + 1)
+            bad = lenient.search(raw, line_start, end)
             if bad is not None:
                 lineno = 1 + raw.count(b"\n", 0, bad.start())
                 text = bad.group(0).decode("latin-1").strip()
@@ -306,11 +314,25 @@ def _nth_data_line(raw: bytes, h: _Header, k: int) -> int:
 
 
 def _scipy_read(path: Path, raw: bytes, h: _Header, symmetry: str) -> object:
+    """scipy's parse of the (validated) file: the coordinate entries as stored when
+    ``symmetry`` is ``"general"``, else the matrix scipy builds.
+
+    A plain file with the canonical banner is read by scipy from its path (its C++ reader,
+    in parallel); otherwise from memory, with the banner rewritten canonically.
+    """
     import scipy.io
 
-    banner = f"%%MatrixMarket matrix {h.format} {h.field} {symmetry}\n".encode()
+    banner = f"%%MatrixMarket matrix {h.format} {h.field} {h.symmetry}".encode()
+    direct = not path.name.lower().endswith(".gz") and raw.startswith(banner) and \
+        raw[len(banner):h.banner_end].strip() == b""
     try:
-        return scipy.io.mmread(io.BytesIO(banner + raw[h.banner_end:]))
+        if direct and h.format == "coordinate" and symmetry == "general":
+            stored = _scipy_coo_as_stored(path)
+            return stored if stored is not None else scipy.io.mmread(str(path))
+        if direct and symmetry == h.symmetry:
+            return scipy.io.mmread(str(path))
+        head = f"%%MatrixMarket matrix {h.format} {h.field} {symmetry}\n".encode()
+        return scipy.io.mmread(io.BytesIO(head + raw[h.banner_end:]))
     except (ValueError, OverflowError, TypeError, OSError, EOFError) as exc:
         counted = _count_error(path, raw, h)
         if counted is not None:
@@ -320,6 +342,22 @@ def _scipy_read(path: Path, raw: bytes, h: _Header, symmetry: str) -> object:
         line = int(m.group(1)) if m else None
         msg = _LINE_MM.sub("", msg, count=1).lstrip(": ").strip()
         raise FileFormatError(path, f"Matrix Market: {msg}", line) from None
+
+
+def _scipy_coo_as_stored(path: Path) -> object:
+    """The stored coordinate entries (no symmetric expansion) through scipy's reader from
+    the path, or ``None`` where this scipy lacks the functions used."""
+    try:
+        from scipy.io._fast_matrix_market import _get_read_cursor, _read_body_coo
+    except ImportError:  # pragma: no cover - another scipy version
+        return None
+    cursor, stream = _get_read_cursor(str(path))
+    try:
+        (data, (i, j)), shape = _read_body_coo(cursor, generalize_symmetry=False)
+    finally:
+        if stream is not None:  # pragma: no cover - only compressed files open one
+            stream.close()
+    return sp.coo_array((data, (i, j)), shape=shape)
 
 
 def _parse_body(path: Path, raw: bytes, h: _Header) -> sp.csr_array:
