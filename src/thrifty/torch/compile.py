@@ -65,6 +65,7 @@ class GraphReport:
     saved: int = 0            # bytes the compiled forward saves (activations only)
     recomputed: list[str] = field(default_factory=list)   # forward ops the backward re-runs
     recomputed_flops: int = 0
+    offloaded: int = 0        # bytes of saved tensors the forward moves to host memory
     plan_peak: int | None = None
     planner: str = ""
     fallback: bool = False
@@ -129,6 +130,9 @@ class Backend:
         self.time_limit = float(time_limit)
         self.method = method
         self.reports: list[GraphReport] = []
+        #: Context managers entered around every run of a compiled forward or backward
+        #: graph (e.g. a ``TorchDispatchMode`` that measures memory inside them only).
+        self.around: list[Any] = []
         self._saved_now: dict[int, int] = {}
 
     @property
@@ -164,14 +168,22 @@ class Backend:
 
             def run(args: list[Any]) -> Any:
                 skip = _storages([a for a, f in zip(args, free) if f])
-                out = fw(*args)
+                with contextlib.ExitStack() as stack:
+                    for cm in self.around:
+                        stack.enter_context(cm)
+                    out = fw(*args)
                 self._saved_now[index] = _saved_nbytes(out[n_out:], skip)
                 return out
             run._boxed_call = True  # type: ignore[attr-defined]
             return run
 
         def bw_compiler(bw: Any, _inputs: Any) -> Any:
-            return make_boxed_func(bw.forward)
+            def run(*args: Any) -> Any:
+                with contextlib.ExitStack() as stack:
+                    for cm in self.around:
+                        stack.enter_context(cm)
+                    return bw(*args)
+            return make_boxed_func(run)
 
         partition = functools.partial(self.partition, report=report, state=state)
         return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
@@ -203,16 +215,22 @@ class Backend:
                 fw, bw = min_cut_rematerialization_partition(
                     joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
         else:
-            recompute = self._choose(jg, report)
+            recompute, offload = self._choose(jg, report)
             for node in joint.graph.nodes:
-                node.meta.pop("recompute", None)
-                node.meta.pop("ac_graph_id", None)
-            for node in joint.graph.nodes:
+                for key in ("recompute", "ac_graph_id", "should_offload"):
+                    node.meta.pop(key, None)
                 if _recomputes(node, jg, recompute):
                     node.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy \
                         .MUST_RECOMPUTE
-            fw, bw = default_partition(joint, joint_inputs, num_fwd_outputs=num_fwd_outputs,
-                                       **kw)
+                elif node.name in jg.task_of and set(jg.buffers_of[node.name]) & offload:
+                    node.meta["should_offload"] = True
+            with config.patch(enable_activation_offloading=bool(offload),
+                              activation_offload_separate_stream=False):
+                fw, bw = default_partition(joint, joint_inputs,
+                                           num_fwd_outputs=num_fwd_outputs, **kw)
+            report.offloaded = sum(
+                sum(jg.graph.buffers[b].size for b in jg.buffers_of.get(n.name, ()))
+                for n in fw.graph.nodes if n.meta.get("saved_for_offloading"))
         report.saved = _graph_saved(jg, fw, num_fwd_outputs)
         report.recomputed = [n.name for n in bw.graph.nodes
                              if n.op == "call_function" and n.name in jg.forward
@@ -222,15 +240,17 @@ class Backend:
         report.seconds = time.perf_counter() - t0
         return fw, bw
 
-    def _choose(self, jg: JointGraph, report: GraphReport) -> set[Hashable]:
-        """The forward tasks to recompute, from a plan that holds at most the budget of
-        forward values when the backward starts (see :func:`with_boundary`)."""
+    def _choose(self, jg: JointGraph,
+                report: GraphReport) -> tuple[set[Hashable], set[Hashable]]:
+        """The forward tasks to recompute and the forward buffers to offload, from a plan
+        that holds at most the budget of forward values on the device when the backward
+        starts (see :func:`with_boundary`)."""
         from thrifty.memory import plan
 
         g, limit = jg.graph, report.budget
         if _saved_bytes(jg, set()) <= limit:
             report.planner = "none needed"
-            return set()
+            return set(), set()
         fwd = jg.forward_tasks()
         room = max([report.eager_saved] + [sum(g.buffers[b].size for b in set(
             t.reads) | set(t.writes)) for t in g.tasks.values()])
@@ -238,18 +258,22 @@ class Backend:
         pinned = sum(g.buffers[b].size for b in g.results)  # the forward's outputs
         try:
             p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
-                     order=order, time_limit=self.time_limit, method=self.method)
+                     order=order, time_limit=self.time_limit, method=self.method,
+                     no_offload=_no_offload(g))
         except InfeasibleBudget:
             p = None
         if p is not None:
             recompute = _plan_recomputes(g2, p.steps)
-            if _saved_bytes(jg, recompute) <= limit:
+            offload = {b for b in _plan_offloads(g2, p.steps) - {
+                b for t in recompute for b in g.tasks[t].writes}
+                if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
+            if _saved_bytes(jg, recompute, offload) <= limit:
                 report.plan_peak = int(p.info.get("peak", 0))
                 report.planner = p.method
-                return recompute
+                return recompute, offload
         report.fallback = True
         report.planner = "recompute all"
-        return {t for t in fwd if not g.tasks[t].attrs["random"]}
+        return {t for t in fwd if not g.tasks[t].attrs["random"]}, set()
 
 
 #: The id of the boundary task :func:`with_boundary` adds.
@@ -290,8 +314,30 @@ def _plan_recomputes(g: TaskGraph, steps: Any) -> set[Hashable]:
     return out
 
 
-def _saved_bytes(jg: JointGraph, recompute: set[Hashable]) -> int:
-    """Bytes of the forward values the backward (with these recomputations) reads."""
+def _no_offload(g: TaskGraph) -> set[Hashable]:
+    """Buffers PyTorch's activation offloading cannot move: all but the single outputs of
+    forward ops (it skips ``getitem`` values of multi-output ops)."""
+    return {b for t in g.tasks.values() if t.attrs["backward"] or len(t.writes) != 1
+            for b in t.writes}
+
+
+def _plan_offloads(g: TaskGraph, steps: Any) -> set[Hashable]:
+    """Buffers on the host when the boundary task runs (offloaded, not yet prefetched)."""
+    away: set[Hashable] = set()
+    for s in steps:
+        if s.op == "compute" and s.target == BOUNDARY:
+            return away
+        if s.op == "offload":
+            away.add(s.target)
+        elif s.op in ("prefetch", "free") or (s.op == "compute" and s.target in away):
+            away.discard(s.target)
+    return away
+
+
+def _saved_bytes(jg: JointGraph, recompute: set[Hashable],
+                 offload: set[Hashable] = frozenset()) -> int:  # type: ignore[assignment]
+    """Bytes of the forward values the backward (with these recomputations) reads, those
+    offloaded to the host excepted."""
     g = jg.graph
     need: set[Hashable] = set()
     for t in g.tasks.values():
@@ -300,7 +346,7 @@ def _saved_bytes(jg: JointGraph, recompute: set[Hashable]) -> int:
                 p = g.buffers[b].producer
                 if p is None or (not g.tasks[p].attrs["backward"] and p not in recompute):
                     need.add(b)  # an input: size 0 unless it is an activation
-    return sum(g.buffers[b].size for b in need)
+    return sum(g.buffers[b].size for b in need - offload)
 
 
 def _recomputes(node: Any, jg: JointGraph, recompute: set[Hashable]) -> bool:
@@ -321,14 +367,15 @@ def _recomputes(node: Any, jg: JointGraph, recompute: set[Hashable]) -> bool:
 
 
 def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
-    """Activation bytes among the forward graph's saved outputs, each storage once."""
+    """Activation bytes among the forward graph's saved outputs, each storage once, those
+    moved to the host by PyTorch's activation offloading excepted."""
     from thrifty.torch.importer import _nbytes
 
     out = fw.graph.find_nodes(op="output")[0].args[0]
     seen: dict[Hashable, int] = {}
     for n in out[num_fwd_outputs:]:
-        if not hasattr(n, "name"):
-            continue
+        if not hasattr(n, "name") or "device_put" in str(getattr(n, "target", "")):
+            continue  # moved to the host by PyTorch's activation offloading
         bufs = jg.buffers_of.get(n.name)
         if bufs is None:
             seen[("node", n.name)] = _nbytes(n.meta.get("val"))

@@ -1,0 +1,276 @@
+"""Benchmark: training PyTorch models within an activation budget, thrifty against PyTorch.
+
+Per model and budget fraction ``f`` (1.0, 0.7, 0.5, 0.3), one training step (forward, loss,
+backward; the loss inside the compiled module) with:
+
+* ``thrifty``: ``torch.compile(model, backend=thrifty.torch.backend(budget=f))``;
+* ``min_cut``: PyTorch's min-cut partitioner with
+  ``torch._functorch.config.activation_memory_budget = f`` (through the same backend with
+  ``partitioner="min_cut"``, so both run their graphs the same way: eager ATen calls, no
+  Inductor);
+* ``checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) on each block, eager (no budget:
+  one row);
+* ``eager``: plain training (the reference).
+
+Measured per step (after a warm-up step that compiles):
+
+* ``saved``: activation bytes saved for backward, as ``saved_tensors_hooks`` sees them
+  (storages once; parameters, buffers and the batch excluded), as a fraction of eager's;
+* ``peak``: the peak of bytes in storages allocated during the step and alive at once
+  (every ATen op's outputs tracked by a ``TorchDispatchMode``, freed when their last tensor
+  dies: the CPU allocator's view, minus what the step did not allocate), as a fraction of
+  eager's peak. A dispatch mode around a compiled call makes TorchDynamo run the model
+  eagerly, so for the compiled rows the mode is entered inside the compiled forward and
+  backward graphs only (``Backend.around``; the whole step is compiled, loss included);
+* ``time``: median seconds of a few steps, as a ratio to eager's (noisy on a shared machine;
+  ratios within one run only);
+* ``+flops``: flops recomputed, as a fraction of eager's step flops (both by
+  ``torch.utils.flop_counter``'s formulas): for the compiled rows the forward ops the
+  backward graph runs again (``GraphReport.recomputed_flops``), for ``checkpoint`` the
+  step's flops beyond eager's;
+* ``grads``: whether every gradient is bitwise equal to eager's.
+
+Models (random weights; torchvision and timm do not import with the pinned CPU PyTorch, so
+the ResNet and the ViT are ``transformers``' ``ResNetConfig`` / ``ViTConfig`` models):
+``attention6`` (6 attention blocks, a ``forward`` of its own), ``gpt2`` (``GPT2Config``),
+``resnet50`` (the ResNet-50 layout: bottleneck stages 3, 4, 6, 3; 64x64 images in the quick
+mode), ``vit`` (``ViTConfig``).
+
+Usage::
+
+    python benchmarks/memory_torch.py --quick   # a few minutes on 2 cores
+    python benchmarks/memory_torch.py           # larger inputs
+
+Writes ``benchmarks/results/memory_torch.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import functools
+import json
+import platform
+import statistics
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+from torch.multiprocessing.reductions import StorageWeakRef
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import FlopCounterMode
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "examples"))
+import torch_models as tm  # noqa: E402
+
+import thrifty.torch as tt  # noqa: E402
+
+BUDGETS = (1.0, 0.7, 0.5, 0.3)
+
+
+class LiveBytes(TorchDispatchMode):
+    """Peak bytes of the storages ATen ops allocate and that are alive at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.refs: dict[int, int] = {}
+        self.size: dict[int, int] = {}
+        self.cur = self.peak = 0
+
+    def _drop(self, key: int) -> None:
+        self.refs[key] -= 1
+        if self.refs[key] == 0:
+            del self.refs[key]
+            self.cur -= self.size.pop(key)
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
+        out = func(*args, **(kwargs or {}))
+        for t in tree_leaves(out):
+            if isinstance(t, torch.Tensor):
+                s = t.untyped_storage()
+                key = s.data_ptr()
+                if key == 0:
+                    continue
+                if key not in self.refs:
+                    self.refs[key] = 0
+                    self.size[key] = s.nbytes()
+                    self.cur += s.nbytes()
+                    self.peak = max(self.peak, self.cur)
+                self.refs[key] += 1
+                weakref.finalize(t, self._drop, key)
+        return out
+
+
+class WithLoss(torch.nn.Module):
+    def __init__(self, model: torch.nn.Module) -> None:
+        super().__init__()
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x).float().square().mean()
+
+
+def blocks_of(name: str, model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The repeated blocks ``torch.utils.checkpoint`` wraps."""
+    if name.startswith("attention"):
+        return list(model.blocks)
+    inner = model.inner
+    if name == "gpt2":
+        return list(inner.transformer.h)
+    if name == "vit":
+        return list(inner.vit.encoder.layer)
+    return [layer for stage in inner.resnet.encoder.stages for layer in stage.layers]
+
+
+def checkpointed(name: str, model: torch.nn.Module) -> torch.nn.Module:
+    from torch.utils.checkpoint import checkpoint
+
+    for blk in blocks_of(name, model):
+        blk.forward = functools.partial(checkpoint, blk.forward, use_reentrant=False)
+    return model
+
+
+def measure(module: WithLoss, fn: Any, x: torch.Tensor, repeats: int,
+            be: Any = None) -> dict[str, Any]:
+    skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
+                                                          *module.buffers(), x]}
+    seen: dict[Any, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        ref = StorageWeakRef(t.untyped_storage())
+        if ref not in skip:
+            seen[ref] = t.untyped_storage().nbytes()
+        return t
+
+    def step() -> None:
+        module.zero_grad(set_to_none=True)
+        fn(x).backward()
+
+    step()  # warm-up (compiles)
+    module.zero_grad(set_to_none=True)
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = fn(x)
+    loss.backward()
+    grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+    module.zero_grad(set_to_none=True)
+    live = LiveBytes()
+    flops = 0
+    if be is None:
+        with live:
+            fn(x).backward()
+        module.zero_grad(set_to_none=True)
+        with FlopCounterMode(display=False) as fc:
+            fn(x).backward()
+        flops = fc.get_total_flops()
+    else:
+        be.around = [live]
+        fn(x).backward()
+        be.around = []
+        flops = sum(r.recomputed_flops for r in be.reports)
+    times = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        step()
+        times.append(time.perf_counter() - t0)
+    return {"saved": sum(seen.values()), "peak": live.peak, "flops": flops,
+            "time": statistics.median(times), "grads": grads}
+
+
+def run_model(name: str, build: Any, make_input: Any, repeats: int,
+              time_limit: float) -> list[dict[str, Any]]:
+    torch.manual_seed(0)
+    base = build()
+    torch.manual_seed(1)
+    x = make_input()
+    rows = []
+
+    def fresh() -> WithLoss:
+        return WithLoss(copy.deepcopy(base))
+
+    m = fresh()
+    ref = measure(m, m, x, repeats)
+    rows.append({"model": name, "method": "eager", "budget": None, **_row(ref, ref)})
+    m = WithLoss(checkpointed(name, copy.deepcopy(base)))
+    rows.append({"model": name, "method": "checkpoint", "budget": None,
+                 **_row(measure(m, m, x, repeats), ref)})
+    for f in BUDGETS:
+        for part in ("thrifty", "min_cut"):
+            m = fresh()
+            be = tt.backend(budget=f, partitioner=part, time_limit=time_limit)
+            t0 = time.perf_counter()
+            r = measure(m, torch.compile(m, backend=be), x, repeats, be)
+            r["flops"] += ref["flops"]
+            wall = time.perf_counter() - t0
+            torch._dynamo.reset()
+            rows.append({"model": name, "method": part, "budget": f, **_row(r, ref),
+                         "fallback": any(g.fallback for g in be.reports),
+                         "compile_and_measure_s": wall,
+                         "partition_s": sum(g.seconds for g in be.reports)})
+        print(f"  {name} {f} done", flush=True)
+    return rows
+
+
+def _row(r: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
+    return {"saved_bytes": r["saved"], "saved": r["saved"] / ref["saved"],
+            "peak_bytes": r["peak"], "peak": r["peak"] / ref["peak"],
+            "time_s": r["time"], "time": r["time"] / ref["time"],
+            "extra_flops": (r["flops"] - ref["flops"]) / ref["flops"],
+            "grads_equal": all(torch.equal(r["grads"][k], g) for k, g in ref["grads"].items())
+            and r["grads"].keys() == ref["grads"].keys()}
+
+
+def models(quick: bool) -> dict[str, tuple[Any, Any]]:
+    s = 1 if quick else 2
+    return {
+        "attention6": (lambda: tm.AttentionNet(dim=64, heads=4, blocks=6, vocab=256),
+                       lambda: torch.randint(0, 256, (4 * s, 128))),
+        "gpt2": (lambda: tm.gpt2(layers=4, dim=128, heads=4, vocab=1024, positions=512),
+                 lambda: torch.randint(0, 1024, (2, 128 * s))),
+        "resnet50": (lambda: tm.resnet(depths=(3, 4, 6, 3), hidden=(256, 512, 1024, 2048)),
+                     lambda: torch.randn(2, 3, 64 * s, 64 * s)),
+        "vit": (lambda: tm.vit(layers=6, dim=128, heads=4, image=64 * s, patch=8),
+                lambda: torch.randn(4, 3, 64 * s, 64 * s)),
+    }
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
+                                         "memory_torch.json"))
+    a = ap.parse_args()
+    torch.set_num_threads(2)
+    rows: list[dict[str, Any]] = []
+    for name, (build, inp) in models(a.quick).items():
+        if a.models and name not in a.models:
+            continue
+        print(f"{name} ...", flush=True)
+        rows += run_model(name, build, inp, repeats=3 if a.quick else 5,
+                          time_limit=2.0 if a.quick else 5.0)
+    table = Table(title="Training within an activation budget (CPU; ratios to eager)")
+    for c in ("model", "method", "budget", "saved", "peak", "time", "+flops", "grads"):
+        table.add_column(c, justify="left" if c in ("model", "method") else "right")
+    for r in rows:
+        table.add_row(r["model"], r["method"] + (" (fallback)" if r.get("fallback") else ""),
+                      "-" if r["budget"] is None else f"{r['budget']:.1f}",
+                      f"{r['saved']:.2f}", f"{r['peak']:.2f}", f"{r['time']:.2f}",
+                      f"{r['extra_flops']:.2f}", "equal" if r["grads_equal"] else "DIFF")
+    Console().print(table)
+    Path(a.out).parent.mkdir(parents=True, exist_ok=True)
+    meta = {"torch": torch.__version__, "python": platform.python_version(),
+            "machine": platform.machine(), "threads": torch.get_num_threads(),
+            "quick": a.quick}
+    Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    print(f"wrote {a.out}")
+
+
+if __name__ == "__main__":
+    main()
