@@ -12,8 +12,9 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from thrifty.errors import FormatError
+from thrifty.errors import FormatError, ShapeError
 from thrifty.numerics.formats import get_format
+from thrifty.numerics.units import checks
 from thrifty.numerics.units.exact import (
     _as_terms,
     _check_values,
@@ -107,17 +108,16 @@ class Unit:
         alignment) or ``"auto"`` (compiled where possible).
         """
         use_compiled = self._use_compiled(engine)
-        A = np.asarray(a, dtype=np.float64)
-        B = np.asarray(b, dtype=np.float64)
+        A, B = checks.real_array(a, "a"), checks.real_array(b, "b")
         try:
             A, B = np.broadcast_arrays(A, B)
         except ValueError:
-            raise FormatError(f"dot needs a and b of broadcastable shapes (..., K); got "
-                              f"{A.shape} and {B.shape}") from None
+            raise ShapeError(f"dot needs a and b of broadcastable shapes (..., K); got "
+                             f"{A.shape} and {B.shape}") from None
         if A.ndim == 0 or A.shape[-1] == 0:
-            raise FormatError(f"dot needs vectors of length K >= 1 on the last axis; got "
-                              f"shape {A.shape}")
-        C = np.broadcast_to(np.asarray(c, dtype=np.float64), A.shape[:-1]).copy()
+            raise ShapeError(f"dot needs vectors of length K >= 1 on the last axis; got "
+                             f"shape {A.shape}")
+        C = checks.addend(c, A.shape[:-1], "addend c")
         fout = get_format(self.model.output)
         _check_values(C, fout, "addend c")
         special, value = _specials(A, B, C)
@@ -139,8 +139,7 @@ class Unit:
         return np.where(special, value, flat.reshape(shape))
 
     def _use_compiled(self, engine: str) -> bool:
-        if engine not in ("auto", "numpy", "compiled"):
-            raise FormatError(f"engine {engine!r}; valid: auto, numpy, compiled")
+        engine = checks.engine_name(engine)
         if engine == "numpy":
             return False
         ok = compiled_eligible(self.model)
@@ -175,15 +174,14 @@ class Unit:
         the compiled engine runs the (i, j) loops in parallel threads.
         """
         use_compiled = self._use_compiled(engine)
-        A = np.asarray(A, dtype=np.float64)
-        B = np.asarray(B, dtype=np.float64)
+        rows = checks.block_rows(block_rows)
+        A, B = checks.real_array(A, "A"), checks.real_array(B, "B")
         if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
-            raise FormatError(f"matmul needs A (m, k) and B (k, n); got {A.shape} and "
-                              f"{B.shape}")
+            raise ShapeError(f"matmul needs A (m, k) and B (k, n); got A {A.shape} and "
+                             f"B {B.shape}")
         m, k = A.shape
         n = B.shape[1]
-        C = np.zeros((m, n)) if C is None else np.broadcast_to(
-            np.asarray(C, dtype=np.float64), (m, n))
+        C = np.zeros((m, n)) if C is None else checks.addend(C, (m, n), "addend C")
         if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
             return self.dot(A[:, None, :], np.broadcast_to(B.T[None], (m, n, k)), C,
                             engine=engine)
@@ -198,7 +196,7 @@ class Unit:
             kernels[1](*(np.ascontiguousarray(x) for x in pa + pb),
                        np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
             return out
-        rows = block_rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
+        rows = rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
         out = np.empty((m, n))
         for i0 in range(0, m, rows):
             i1 = min(m, i0 + rows)
