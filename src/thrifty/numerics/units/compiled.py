@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 
 from thrifty.numerics.units.kernels import (
     P_CARRY,
@@ -34,6 +35,7 @@ _NO_TERM = -(1 << 40)  # the largest exponent of a step without nonzero terms
 
 _jit = numba.njit(nogil=True, cache=True)
 _par = numba.njit(nogil=True, parallel=True, cache=True)
+_inline = numba.njit(nogil=True, cache=True, inline="always")
 
 
 @_jit
@@ -56,10 +58,12 @@ def _align_term(m, sh, mode, neg):
 
 @_jit
 def _bit_length(mag):
-    nbits = 0
-    while mag > 0:
-        nbits += 1
-        mag >>= 1
+    """Bits of a non-negative int64 (``float(mag)`` may round up to the next power of 2)."""
+    if mag == 0:
+        return 0
+    nbits = math.frexp(float(mag))[1]
+    if (mag >> (nbits - 1)) == 0:
+        nbits -= 1
     return nbits
 
 
@@ -196,3 +200,152 @@ def gemm_kernel(ma, ea, na, mbt, ebt, nbt, C, out, ip, maxfin):
         for j in range(mbt.shape[0]):
             out[i, j] = _chain_scalar(ma[i], ea[i], na[i], mbt[j], ebt[j], nbt[j], C[i, j],
                                       ip, maxfin)
+
+
+# ---- the tiled GEMM kernel -------------------------------------------------------------------
+# The same steps, reorganised for speed: a block of BI rows of A and BJ columns of B advances
+# one step at a time, and each step's loops run over the BJ columns, contiguous in the packed
+# B (``(n / BJ, k, BJ)``, zero-padded), so the compiler vectorises them. Operands are signed
+# significands (``-m`` for negative values) with exponents.
+
+BI = 16
+BJ = 64
+
+
+@_inline
+def _align_signed(p, sh, mode):
+    """``_align_term`` of the signed integer term ``p 2^sh`` (|p| 2^sh rounded per mode)."""
+    neg = p < 0
+    a = -p if neg else p
+    s = sh - 1 if mode == 2 else sh
+    sl = min(max(s, 0), 63)
+    sr = min(max(-s, 0), 63)
+    up = a << sl
+    t = up >> sr
+    if mode == 2:
+        t = (t << 1) | ((t << sr) != up)
+    elif mode == 1:
+        t += neg & ((t << sr) != up)
+    return -t if neg else t
+
+
+@_jit
+def _max_exponents(sa, ea, i, sbr, ebr, start, stop, stride, E):
+    """``E[j] = max(E[j], e_a + e_b)`` over the nonzero products of one step."""
+    for t in range(start, stop, stride):
+        if sa[i, t] == 0:
+            continue
+        et = ea[i, t]
+        brow = sbr[t]
+        erow = ebr[t]
+        for j in range(BJ):
+            e = et + erow[j] if brow[j] != 0 else _NO_TERM
+            E[j] = max(E[j], e)
+
+
+@_jit
+def _aligned_sum(sa, ea, i, sbr, ebr, start, stop, stride, L, S, shift, mode):
+    """``S[j]``: the step's products aligned to the window ending at ``2^L[j]``, summed."""
+    for j in range(BJ):
+        S[j] = 0
+    for t in range(start, stop, stride):
+        at = sa[i, t]
+        if at == 0:
+            continue
+        xt = ea[i, t] - shift
+        brow = sbr[t]
+        erow = ebr[t]
+        if mode == 0:  # truncation toward zero: the common case, without the lost bits
+            for j in range(BJ):
+                p = at * brow[j]
+                a = -p if p < 0 else p
+                s = xt + erow[j] - L[j]
+                v = (a << min(max(s, 0), 63)) >> min(max(-s, 0), 63)
+                S[j] += -v if p < 0 else v
+        else:
+            for j in range(BJ):
+                S[j] += _align_signed(at * brow[j], xt + erow[j] - L[j], mode)
+
+
+@_jit
+def _step_block(sa, ea, sbr, ebr, i0, i1, start, stop, stride, acc, E, S, CM, CE, ip,
+                maxfin):
+    """One fused step for rows ``i0:i1`` and one packed column block: ``acc`` in place."""
+    F = ip[P_F]
+    mode = ip[P_MODE]
+    low = ip[P_PACC] - 1
+    sticky = 1 if mode == 2 else 0
+    for ii in range(i1 - i0):
+        row = acc[ii]
+        for j in range(BJ):
+            c = row[j]
+            CM[j] = 0
+            E[j] = _NO_TERM
+            if c != 0.0 and math.isfinite(c):
+                cm, ce = _addend(c, ip)
+                if cm != 0:
+                    CM[j] = -cm if c < 0.0 else cm
+                    CE[j] = ce
+                    E[j] = ce
+        _max_exponents(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E)
+        for j in range(BJ):
+            E[j] = E[j] - F - sticky  # now L, the exponent of the window's last bit
+        _aligned_sum(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E, S, ip[P_SHIFT], mode)
+        for j in range(BJ):
+            if not math.isfinite(row[j]):
+                continue
+            Sj = S[j]
+            if CM[j] != 0:
+                Sj += _align_signed(CM[j], CE[j] - low - E[j], mode)
+            if ip[P_CARRY] >= 0:
+                mag = abs(Sj) % (1 << (F + 2 + ip[P_CARRY] + sticky))
+                Sj = -mag if Sj < 0 else mag
+            row[j] = 0.0 if Sj == 0 else _round_out(-Sj if Sj < 0 else Sj, Sj < 0, E[j], ip,
+                                                    maxfin)
+
+
+@_jit
+def _gemm_block(sa, ea, sbr, ebr, C, out, ip, maxfin, i0, i1, j0, j1):
+    """Rows ``i0:i1`` and columns ``j0:j1`` (one packed block ``sbr``/``ebr``) of D."""
+    w = j1 - j0
+    acc = np.zeros((i1 - i0, BJ))
+    for ii in range(i1 - i0):
+        for j in range(w):
+            acc[ii, j] = C[i0 + ii, j0 + j]
+    E = np.empty(BJ, dtype=np.int64)
+    S = np.empty(BJ, dtype=np.int64)
+    CM = np.empty(BJ, dtype=np.int64)
+    CE = np.empty(BJ, dtype=np.int64)
+    k = sa.shape[1]
+    f = ip[P_FMA]
+    for s0 in range(0, k, f):
+        s1 = min(s0 + f, k)
+        if ip[P_INTER] == 1:
+            _step_block(sa, ea, sbr, ebr, i0, i1, s0, s1, 2, acc, E, S, CM, CE, ip, maxfin)
+            _step_block(sa, ea, sbr, ebr, i0, i1, s0 + 1, s1, 2, acc, E, S, CM, CE, ip,
+                        maxfin)
+        else:
+            _step_block(sa, ea, sbr, ebr, i0, i1, s0, s1, 1, acc, E, S, CM, CE, ip, maxfin)
+    for ii in range(i1 - i0):
+        for j in range(w):
+            out[i0 + ii, j0 + j] = acc[ii, j]
+
+
+@_par
+def gemm_tiled(sa, ea, sbp, ebp, C, out, ip, maxfin):
+    """``out = C + A @ B`` on the unit, blocks of rows and columns in parallel.
+
+    ``sa``/``ea``: signed significands and exponents of A (m, k); ``sbp``/``ebp``: those of
+    B packed as ``(ceil(n / BJ), k, BJ)`` (zero significands in the padding).
+    """
+    m = sa.shape[0]
+    n = out.shape[1]
+    nbi = (m + BI - 1) // BI
+    nbj = sbp.shape[0]
+    for blk in numba.prange(nbi * nbj):
+        bi = blk // nbj
+        bj = blk % nbj
+        i0 = bi * BI
+        j0 = bj * BJ
+        _gemm_block(sa, ea, sbp[bj], ebp[bj], C, out, ip, maxfin, i0, min(m, i0 + BI), j0,
+                    min(n, j0 + BJ))

@@ -188,22 +188,44 @@ class Unit:
         fin = get_format(self.model.input)
         _check_values(C, get_format(self.model.output), "addend C")
         pa = decompose(A, fin, self.model.subnormals_in, "A")
-        pb = tuple(x.T for x in decompose(B, fin, self.model.subnormals_in, "B"))
+        pb = decompose(B, fin, self.model.subnormals_in, "B")
         if use_compiled:
-            kernels = compiled_kernels()
             ip, maxfin = kernel_params(self.model)
             out = np.empty((m, n))
-            kernels[1](*(np.ascontiguousarray(x) for x in pa + pb),
-                       np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
+            compiled_kernels()[1](_signed(pa), np.ascontiguousarray(pa[1]),
+                                  *_packed_columns(_signed(pb), pb[1]),
+                                  np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
             return out
+        pbt = tuple(x.T for x in pb)
         rows = rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
         out = np.empty((m, n))
         for i0 in range(0, m, rows):
             i1 = min(m, i0 + rows)
             ba = tuple(np.broadcast_to(x[i0:i1, None, :], (i1 - i0, n, k)) for x in pa)
-            bb = tuple(np.broadcast_to(x[None, :, :], (i1 - i0, n, k)) for x in pb)
+            bb = tuple(np.broadcast_to(x[None, :, :], (i1 - i0, n, k)) for x in pbt)
             out[i0:i1] = self._chain(ba, bb, np.array(C[i0:i1], dtype=np.float64))
         return out
+
+
+def _signed(parts: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Signed significands ``-m`` / ``m`` of decomposed values, C-contiguous int64."""
+    m, _, neg = parts
+    return np.ascontiguousarray(np.where(neg, -m, m), dtype=np.int64)
+
+
+def _packed_columns(sb: np.ndarray, eb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """B's signed significands and exponents (k, n) as ``(ceil(n / BJ), k, BJ)`` blocks of
+    contiguous columns, zero-padded (zero terms never count), for the compiled GEMM."""
+    from thrifty.numerics.units.compiled import BJ
+
+    k, n = sb.shape
+    nb = -(-n // BJ)
+    out = []
+    for x in (sb, eb):
+        padded = np.zeros((k, nb * BJ), dtype=np.int64)
+        padded[:, :n] = x
+        out.append(np.ascontiguousarray(padded.reshape(k, nb, BJ).transpose(1, 0, 2)))
+    return out[0], out[1]
 
 
 def _specials(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

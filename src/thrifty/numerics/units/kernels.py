@@ -43,10 +43,15 @@ def compiled_eligible(md: UnitModel) -> bool:
 
 @functools.cache
 def compiled_kernels() -> tuple[Callable[..., None], Callable[..., None]]:
-    """The ``(dots, gemm)`` kernels, imported (and so jitted lazily) on first call."""
+    """The ``(dots, gemm)`` kernels, imported (and so jitted lazily) on first call.
+
+    ``dots`` runs the chain of steps one row pair at a time; ``gemm`` (signed
+    significands and exponents of A (m, k) and B (k, n)) advances blocks of rows and
+    columns one step at a time over contiguous columns.
+    """
     from thrifty.numerics.units import compiled
 
-    return compiled.dots_kernel, compiled.gemm_kernel
+    return compiled.dots_kernel, compiled.gemm_tiled
 
 
 #: Former private name, kept for the tests and benchmarks that import it.
