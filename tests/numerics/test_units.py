@@ -19,6 +19,7 @@ from thrifty.numerics.units import (
     unit_names,
     validate,
 )
+from thrifty.numerics.units.kernels import tiled_eligible
 from thrifty.testing import require_shared_data
 
 # (folder, output): every file of shared/data/tensorcore
@@ -293,7 +294,7 @@ def test_cli_validate_unit_names_a_missing_folder(tmp_path) -> None:
     assert res.exit_code != 0 and "not a folder" in res.output
 
 
-@settings(max_examples=60, deadline=None, derandomize=True)
+@settings(max_examples=100, deadline=None, derandomize=True)
 @given(model=models, seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40),
        spread=st.sampled_from([2, 6, 20]))
 def test_tiled_compiled_gemm_equals_the_numpy_engine(model, seed, k, spread) -> None:
@@ -318,3 +319,14 @@ def test_tiled_compiled_gemm_equals_the_numpy_engine(model, seed, k, spread) -> 
     assert np.array_equal(np.isnan(got), nan)
     assert np.array_equal(got[~nan].view(np.uint64), want[~nan].view(np.uint64)), \
         np.argwhere(got != want)[:5]
+
+
+def test_wide_format_models_take_the_per_entry_kernel() -> None:
+    """A binary64 accumulator is outside the tiled kernel's bit tricks: same bits anyway."""
+    model = UnitModel("wide", "bf16", "binary32", fma=4, align_bits=-30, accumulator="binary64")
+    assert _compiled_eligible(model) and not tiled_eligible(model)
+    rng = np.random.default_rng(5)
+    A = _random_values(rng, "bfloat16", (6, 9), 6)
+    B = _random_values(rng, "bfloat16", (9, 5), 6)
+    u = unit(model)
+    assert np.array_equal(u.matmul(A, B, engine="compiled"), u.matmul(A, B, engine="numpy"))

@@ -267,41 +267,98 @@ def _aligned_sum(sa, ea, i, sbr, ebr, start, stop, stride, L, S, shift, mode):
                 S[j] += _align_signed(at * brow[j], xt + erow[j] - L[j], mode)
 
 
+@_inline
+def _pow2(e):
+    """``2.0**e`` built from its bits (``-1022 <= e <= 1023``)."""
+    return np.int64((e + 1023) << 52).view(np.float64)
+
+
+@_jit
+def _addends(row, E, CM, CE, ip):
+    """Each lane's addend read in the accumulator format, from the bits of its float64.
+
+    ``CM``/``CE``: signed significand (0 when zero, flushed or non-finite) and exponent;
+    ``E`` starts at the addend's exponent (no term: ``_NO_TERM``).
+    """
+    eminacc = ip[P_EMINACC]
+    r0 = 52 - (ip[P_PACC] - 1)
+    subin = ip[P_SUBIN]
+    for j in range(BJ):
+        c = row[j]
+        bits = np.int64(np.float64(c).view(np.int64))
+        e64 = ((bits >> 52) & 0x7FF) - 1023
+        ce = max(e64, eminacc)
+        cm = (((bits & 0xFFFFFFFFFFFFF) | (1 << 52)) >> min(r0 + ce - e64, 63))
+        live = c != 0.0 and e64 != 1024 and (subin == 1 or e64 >= eminacc)
+        cm = cm if live else 0
+        CM[j] = -cm if c < 0.0 else cm
+        CE[j] = ce
+        E[j] = ce if cm != 0 else _NO_TERM
+
+
+@_jit
+def _round_lanes(row, S, L, CM, CE, ip, maxfin):
+    """Add each lane's addend, apply carries, normalise and round into ``row`` (finite
+    lanes only): :func:`_round_out` for a whole block of columns."""
+    F, mode, carry, norm = ip[P_F], ip[P_MODE], ip[P_CARRY], ip[P_NORM]
+    low, eminout, pout, rnd = ip[P_PACC] - 1, ip[P_EMINOUT], ip[P_POUT], ip[P_RND]
+    sticky = 1 if mode == 2 else 0
+    top = math.ldexp(1.0, ip[P_EMAXOUT] + 1) if ip[P_INF] == 1 else maxfin
+    inf_at_top = ip[P_INF] == 1
+    tiny = math.ldexp(1.0, eminout) if ip[P_SUBOUT] == 0 else 0.0
+    for j in range(BJ):
+        Sj = S[j] + _align_signed(CM[j], CE[j] - low - L[j], mode)
+        if carry >= 0:
+            m = abs(Sj) % (1 << (F + 2 + carry + sticky))
+            Sj = -m if Sj < 0 else m
+        neg = Sj < 0
+        mag = -Sj if neg else Sj
+        Lj = L[j]
+        nb = _bit_length(mag)
+        if norm > 0:
+            sn = min(max(max(Lj + nb - 1, eminout) - (norm - 1) - Lj, 0), 63)
+            mag = (mag >> sn) << sn
+            nb = _bit_length(mag)
+        q = max(Lj + nb - 1, eminout) - (pout - 1)
+        s = q - Lj
+        sc = min(max(s, 0), 63)
+        kept = mag >> sc
+        rem = mag - (kept << sc)
+        if rnd == 1:
+            half = np.int64(1) << min(max(s - 1, 0), 62)
+            up = (rem > half or (rem == half and (kept & 1) == 1)) and s <= 63
+        elif rnd == 2:
+            up = rem != 0 and not neg
+        elif rnd == 3:
+            up = rem != 0 and neg
+        else:
+            up = False
+        kept += up
+        val = float(kept) * _pow2(q) if s > 0 else float(mag) * _pow2(Lj)
+        val = math.inf if (val >= top if inf_at_top else val > top) else val
+        val = 0.0 if val < tiny else val
+        val = -val if neg else val
+        if mag != 0 and math.isfinite(row[j]):
+            row[j] = val
+        elif math.isfinite(row[j]):
+            row[j] = 0.0
+
+
 @_jit
 def _step_block(sa, ea, sbr, ebr, i0, i1, start, stop, stride, acc, E, S, CM, CE, ip,
                 maxfin):
     """One fused step for rows ``i0:i1`` and one packed column block: ``acc`` in place."""
     F = ip[P_F]
     mode = ip[P_MODE]
-    low = ip[P_PACC] - 1
     sticky = 1 if mode == 2 else 0
     for ii in range(i1 - i0):
         row = acc[ii]
-        for j in range(BJ):
-            c = row[j]
-            CM[j] = 0
-            E[j] = _NO_TERM
-            if c != 0.0 and math.isfinite(c):
-                cm, ce = _addend(c, ip)
-                if cm != 0:
-                    CM[j] = -cm if c < 0.0 else cm
-                    CE[j] = ce
-                    E[j] = ce
+        _addends(row, E, CM, CE, ip)
         _max_exponents(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E)
         for j in range(BJ):
             E[j] = E[j] - F - sticky  # now L, the exponent of the window's last bit
         _aligned_sum(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E, S, ip[P_SHIFT], mode)
-        for j in range(BJ):
-            if not math.isfinite(row[j]):
-                continue
-            Sj = S[j]
-            if CM[j] != 0:
-                Sj += _align_signed(CM[j], CE[j] - low - E[j], mode)
-            if ip[P_CARRY] >= 0:
-                mag = abs(Sj) % (1 << (F + 2 + ip[P_CARRY] + sticky))
-                Sj = -mag if Sj < 0 else mag
-            row[j] = 0.0 if Sj == 0 else _round_out(-Sj if Sj < 0 else Sj, Sj < 0, E[j], ip,
-                                                    maxfin)
+        _round_lanes(row, S, E, CM, CE, ip, maxfin)
 
 
 @_jit

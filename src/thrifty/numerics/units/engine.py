@@ -24,7 +24,12 @@ from thrifty.numerics.units.exact import (
     decompose,
     round_scaled,
 )
-from thrifty.numerics.units.kernels import compiled_eligible, compiled_kernels, kernel_params
+from thrifty.numerics.units.kernels import (
+    compiled_eligible,
+    compiled_kernels,
+    kernel_params,
+    tiled_eligible,
+)
 from thrifty.numerics.units.model import UnitModel
 
 
@@ -189,14 +194,18 @@ class Unit:
         _check_values(C, get_format(self.model.output), "addend C")
         pa = decompose(A, fin, self.model.subnormals_in, "A")
         pb = decompose(B, fin, self.model.subnormals_in, "B")
+        pbt = tuple(x.T for x in pb)
         if use_compiled:
             ip, maxfin = kernel_params(self.model)
             out = np.empty((m, n))
-            compiled_kernels()[1](_signed(pa), np.ascontiguousarray(pa[1]),
-                                  *_packed_columns(_signed(pb), pb[1]),
-                                  np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
+            C = np.ascontiguousarray(C, dtype=np.float64)
+            _, tiled, by_rows = compiled_kernels()
+            if tiled_eligible(self.model):
+                tiled(_signed(pa), np.ascontiguousarray(pa[1]),
+                      *_packed_columns(_signed(pb), pb[1]), C, out, ip, maxfin)
+            else:
+                by_rows(*(np.ascontiguousarray(x) for x in pa + pbt), C, out, ip, maxfin)
             return out
-        pbt = tuple(x.T for x in pb)
         rows = rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
         out = np.empty((m, n))
         for i0 in range(0, m, rows):
