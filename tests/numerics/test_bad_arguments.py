@@ -44,6 +44,18 @@ def test_matmul_block_rows_accepts_numpy_ints_and_gives_the_same_bits() -> None:
     assert np.array_equal(U.matmul(A, B, block_rows=np.int64(2), engine="numpy"), ref)
 
 
+def test_matmul_progress_is_a_bool_and_chunking_keeps_the_bits() -> None:
+    with pytest.raises(SpecError, match="progress must be True, False or None"):
+        U.matmul(np.ones((4, 8)), np.ones((8, 2)), progress="yes")
+    rng = np.random.default_rng(1)
+    A = round(rng.standard_normal((70, 40)), "bf16")
+    B = round(rng.standard_normal((40, 9)), "bf16")
+    whole = U.matmul(A, B, engine="compiled", progress=False)
+    chunked = U.matmul(A, B, engine="compiled", progress=True)
+    assert np.array_equal(whole.view(np.uint64), chunked.view(np.uint64))
+    assert np.array_equal(whole, U.matmul(A, B, engine="numpy"))
+
+
 @pytest.mark.parametrize("bad", [np.ones((4, 8)) + 1j, np.full((4, 8), "1.0"),
                                  np.ones((4, 8), dtype=object)])
 def test_non_real_operands_are_refused(bad: np.ndarray) -> None:

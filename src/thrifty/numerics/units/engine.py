@@ -8,11 +8,13 @@ tested against.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from thrifty.errors import FormatError, ShapeError
+from thrifty.errors import FormatError, ShapeError, SpecError
 from thrifty.numerics.formats import get_format
 from thrifty.numerics.units import checks
 from thrifty.numerics.units.exact import (
@@ -170,16 +172,21 @@ class Unit:
         return c
 
     def matmul(self, A: object, B: object, C: object = None, *,
-               block_rows: int | None = None, engine: str = "auto") -> np.ndarray:
+               block_rows: int | None = None, engine: str = "auto",
+               progress: bool | None = None) -> np.ndarray:
         """``D = C + A @ B`` as the unit computes it.
 
         Each ``D[i, j]`` is the recursive sequence of steps over ``k`` in chunks of
         ``fma`` (``c_0 = C[i, j]``), exactly as :meth:`dot` on row ``i`` of ``A`` and
         column ``j`` of ``B``. The numpy engine processes rows in blocks to bound memory;
-        the compiled engine runs the (i, j) loops in parallel threads.
+        the compiled engine runs blocks of rows and columns in parallel threads. With
+        ``progress`` (default: when stderr is a terminal and the product has more than
+        ``2^31`` terms) the compiled engine shows a progress bar on stderr.
         """
         use_compiled = self._use_compiled(engine)
         rows = checks.block_rows(block_rows)
+        if progress is not None and not isinstance(progress, bool):
+            raise SpecError(f"progress must be True, False or None, got {progress!r}")
         A, B = checks.real_array(A, "A"), checks.real_array(B, "B")
         if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
             raise ShapeError(f"matmul needs A (m, k) and B (k, n); got A {A.shape} and "
@@ -201,8 +208,10 @@ class Unit:
             C = np.ascontiguousarray(C, dtype=np.float64)
             _, tiled, by_rows = compiled_kernels()
             if tiled_eligible(self.model):
-                tiled(_signed(pa), np.ascontiguousarray(pa[1]),
-                      *_packed_columns(_signed(pb), pb[1]), C, out, ip, maxfin)
+                sa, ea = _signed(pa), np.ascontiguousarray(pa[1])
+                sbp, ebp = _packed_columns(_signed(pb), pb[1])
+                for i0, i1 in _row_chunks(m, n, k, progress):
+                    tiled(sa[i0:i1], ea[i0:i1], sbp, ebp, C[i0:i1], out[i0:i1], ip, maxfin)
             else:
                 by_rows(*(np.ascontiguousarray(x) for x in pa + pbt), C, out, ip, maxfin)
             return out
@@ -220,6 +229,29 @@ def _signed(parts: tuple[np.ndarray, ...]) -> np.ndarray:
     """Signed significands ``-m`` / ``m`` of decomposed values, C-contiguous int64."""
     m, _, neg = parts
     return np.ascontiguousarray(np.where(neg, -m, m), dtype=np.int64)
+
+
+#: Products above which a compiled GEMM shows progress (a few seconds of work).
+_PROGRESS_TERMS = 1 << 31
+
+
+def _row_chunks(m: int, n: int, k: int, progress: bool | None) -> Iterator[tuple[int, int]]:
+    """Row ranges to run the compiled GEMM over: all at once, or in 32 chunks behind a
+    progress bar on stderr (``progress=None``: a terminal and a large product)."""
+    if progress is None:
+        progress = m * n * k > _PROGRESS_TERMS and sys.stderr.isatty()
+    if not progress or m < 2:
+        yield 0, m
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    step = -(-m // (32 * 16)) * 16  # whole blocks of 16 rows
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"unit GEMM {m}x{k}x{n}", total=m)
+        for i0 in range(0, m, step):
+            yield i0, min(m, i0 + step)
+            bar.update(task, completed=min(m, i0 + step))
 
 
 def _packed_columns(sb: np.ndarray, eb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
