@@ -110,28 +110,8 @@ class _Prober:
         return np.asarray(self.f(a, b, c), dtype=np.float64).reshape(-1)
 
 
-@dataclass(slots=True)
-class _Findings:
-    """What the probe steps have found so far (each step reads the earlier ones)."""
-
-    params: dict[str, object] = field(default_factory=dict)
-    ev: dict[str, str] = field(default_factory=dict)
-    unobservable: list[str] = field(default_factory=list)
-    windowed: bool = False
-    interleave: bool = False
-    trip: tuple[int, int, int] = (0, 1, 2)
-    F: int | None = None
-    fma: int | None = None
-    k1: int = 4
-    peff: int = 0
-
-
 def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeResult:
     """Run the feature tests against ``f`` and infer its :class:`UnitModel` parameters.
-
-    The tests run in order (each one builds on what the earlier ones found): structure,
-    alignment window and shifted-out bits, group size, placement of ``c``, normaliser
-    and final rounding, subnormals, exact products and carries.
 
     Raises
     ------
@@ -143,64 +123,51 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     if P.span < 12:
         raise FormatError(f"{fin.name} -> {fout.name}: products span only 2^{P.span}; the "
                           "probe needs at least 2^12")
-    st = _Findings()
-    for step in (_probe_structure, _probe_window, _probe_group, _probe_addend,
-                 _probe_rounding, _probe_subnormals, _probe_products_and_carries):
-        step(P, st)
-    return ProbeResult(fin.name, fout.name, st.params, st.ev, P.calls,
-                       tuple(st.unobservable))
-
-
-def _probe_structure(P: _Prober, st: _Findings) -> None:
-    """1. T1 = big - big + tiny in one window; T2 with the tiny at odd position 1."""
     B, g = P.B, P.span
-    big, neg, tiny = (1.0, B), (-1.0, B), (1.0, B - g)
+    params: dict[str, object] = {}
+    ev: dict[str, str] = {}
+    unobservable: list[str] = []
+    big, tiny = (1.0, B), (1.0, B - g)
+    neg = (-1.0, B)
     x_tiny = math.ldexp(1.0, B - g)
+
+    # 1. structure: T1 = big - big + tiny in one window; T2 with the tiny at odd position 1
     t1, t2 = P.run([P.case({0: big, 1: neg, 2: tiny}), P.case({0: big, 2: neg, 1: tiny})])
-    st.windowed = windowed = t1 != x_tiny
-    st.interleave = bool(windowed and t2 == x_tiny)
-    st.ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1) -> "
-                          + ("exact accumulation" if not windowed else
-                             "interleaved sub-steps" if st.interleave else
-                             "one aligned window"))
-    st.params["interleave"] = st.interleave
-    st.trip = (0, 2, 4) if st.interleave else (0, 1, 2)
+    windowed = t1 != x_tiny
+    interleave = bool(windowed and t2 == x_tiny)
+    ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1) -> "
+                       + ("exact accumulation" if not windowed else
+                          "interleaved sub-steps" if interleave else "one aligned window"))
+    params["interleave"] = interleave
+    trip = (0, 2, 4) if interleave else (0, 1, 2)
 
-
-def _probe_window(P: _Prober, st: _Findings) -> None:
-    """2. Alignment window F: the largest t with big - big + 2^-t big exact; 3. the
-    shifted-out bits, two positions beyond the window."""
-    B, g, trip = P.B, P.span, st.trip
-    big, neg = (1.0, B), (-1.0, B)
-    if st.windowed:
+    # 2. alignment window F: largest t with big - big + 2^-t big exact
+    F: int | None = None
+    if windowed:
         ts = list(range(1, g + 1))
         r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - t)}) for t in ts])
         ok = [t for t, v in zip(ts, r) if v == math.ldexp(1.0, B - t)]
         Fm = max((t for t in ok if all(u in ok for u in range(1, t + 1))), default=0)
+        # 3. shifted-out bits, two positions beyond the window
         tf = min(Fm + 3, g)
         pos_r, neg_r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - tf)}),
                               P.case({trip[0]: big, trip[1]: neg, trip[2]: (-1.0, B - tf)})])
         if pos_r > 0:
-            mode, st.F = "sticky", Fm - 1
+            mode, F = "sticky", Fm - 1
         elif neg_r < 0:
-            mode, st.F = "round_down", Fm
+            mode, F = "round_down", Fm
         else:
-            mode, st.F = "truncate", Fm
-        st.params["shifted_out"] = mode
-        st.ev["window"] = (f"2^-t kept below the largest term up to t={Fm}; 2^-{tf}: "
-                           f"+ gives {pos_r!r}, - gives {neg_r!r} -> F={st.F}, {mode}")
-    st.params["align_bits"] = None if st.F is None else st.F - 23
-    st.ev.setdefault("window", "exact: nothing below the largest term is lost")
+            mode, F = "truncate", Fm
+        params["shifted_out"] = mode
+        ev["window"] = (f"2^-t kept below the largest term up to t={Fm}; 2^-{tf}: "
+                        f"+ gives {pos_r!r}, - gives {neg_r!r} -> F={F}, {mode}")
+    params["align_bits"] = None if F is None else F - 23
+    ev.setdefault("window", "exact: nothing below the largest term is lost")
 
-
-def _probe_group(P: _Prober, st: _Findings) -> None:
-    """4. The group size: how many products one step fuses."""
-    B, g, k = P.B, P.span, P.k
-    big, neg, tiny = (1.0, B), (-1.0, B), (1.0, B - g)
-    x_tiny = math.ldexp(1.0, B - g)
-    if st.windowed:
-        js = [j for j in range(2, k) if not st.interleave or j % 2 == 0]
-        first = {0: big, 1: neg} if not st.interleave else {0: big, 2: neg}
+    # 4. group size
+    if windowed:
+        js = [j for j in range(2, k) if not interleave or j % 2 == 0]
+        first = {0: big, 1: neg} if not interleave else {0: big, 2: neg}
         cases = []
         for j in js:
             terms = dict(first)
@@ -209,80 +176,69 @@ def _probe_group(P: _Prober, st: _Findings) -> None:
             terms[j] = tiny
             cases.append((j, P.case(terms)))
         r = P.run([c for _, c in cases])
-        st.fma = next((j for (j, _), v in zip(cases, r) if v == x_tiny), None)
-        st.ev["fma"] = f"tiny after big-big survives first at position {st.fma}"
+        fma = next((j for (j, _), v in zip(cases, r) if v == x_tiny), None)
+        ev["fma"] = f"tiny after big-big survives first at position {fma}"
     else:
-        big_c = math.ldexp(1.0, min(B, P.fout.emax - 1))
+        big_c = math.ldexp(1.0, min(B, fout.emax - 1))
         cases = [P.case({0: (1.0, B - g), j: (-1.0, int(math.log2(big_c)))}, c=big_c)
                  for j in range(1, k)]
         r = P.run(cases)
-        st.fma = next((j for j, v in zip(range(1, k), r) if v != x_tiny), None)
-        st.ev["fma"] = f"c + tiny - c stays exact while -c is within the first {st.fma} products"
-    st.params["fma"] = st.fma
+        fma = next((j for j, v in zip(range(1, k), r) if v != x_tiny), None)
+        ev["fma"] = f"c + tiny - c stays exact while -c is within the first {fma} products"
+    params["fma"] = fma
 
-
-def _probe_addend(P: _Prober, st: _Findings) -> None:
-    """5. Where c joins (windowed units only): in the alignment, or late."""
-    B, g, F, trip = P.B, P.span, st.F, st.trip
-    if F is None:
-        st.params["c_in_alignment"] = True
-        return
-    big, neg = (1.0, B), (-1.0, B)
-    xc = math.ldexp(1.0, B - min(F + 3, g))
-    r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
-    late = r_late == xc
-    st.params["c_in_alignment"] = not late
-    st.ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
-    if not late:
-        return
-    bc = min(B, P.fout.emax - 1)
-    et = max(bc - F - 3, P.lo)
-    if et < bc - F:
-        r_rd, = P.run([P.case({trip[0]: (-1.0, et)}, c=math.ldexp(1.0, bc))])
-        st.params["late_shifted_out"] = "round_down" if r_rd < math.ldexp(1.0, bc) \
-            else "truncate"
-        st.ev["late"] = f"2^{bc} - 2^{et}: {r_rd!r}"
+    # 5. c placement (windowed units only)
+    if F is not None:
+        xc = math.ldexp(1.0, B - min(F + 3, g))
+        r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
+        late = r_late == xc
+        params["c_in_alignment"] = not late
+        ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
+        if late:
+            bc = min(B, fout.emax - 1)
+            et = max(bc - F - 3, P.lo)
+            if et < bc - F:
+                r_rd, = P.run([P.case({trip[0]: (-1.0, et)}, c=math.ldexp(1.0, bc))])
+                params["late_shifted_out"] = "round_down" if r_rd < math.ldexp(1.0, bc) \
+                    else "truncate"
+                ev["late"] = f"2^{bc} - 2^{et}: {r_rd!r}"
+            else:
+                params["late_shifted_out"] = None
+                ev["late"] = "products cannot reach below the late window"
     else:
-        st.params["late_shifted_out"] = None
-        st.ev["late"] = "products cannot reach below the late window"
+        params["c_in_alignment"] = True
 
-
-def _probe_rounding(P: _Prober, st: _Findings) -> None:
-    """6. The normaliser's width; 7. the final rounding."""
-    F, k = st.F, P.k
-    pout = P.fout.precision
+    # 6. normaliser width, 7. final rounding
+    pout = fout.precision
     qmax_lim = min(pout - 1, (F + 1) if F is not None else pout - 1)
-    bb = min(P.B, P.fout.emax - 3)
-    spots = (0, 2, 4, 6) if st.interleave else (0, 1, 2, 3)
+    bb = min(B, fout.emax - 3)
+    spots = (0, 2, 4, 6) if interleave else (0, 1, 2, 3)
     qs = list(range(1, qmax_lim + 1))
-    st.k1 = k1 = max(st.fma or k, 4 if not st.interleave else 8)
+    k1 = max(fma or k, 4 if not interleave else 8)
     r = P.run([P.case({spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q)},
                       k=k1) for q in qs])
     exact_q = [q for q, v in zip(qs, r) if v == math.ldexp(1.0, bb + 1) + math.ldexp(1.0,
                                                                                   bb + 1 - q)]
     q_ok = max((q for q in exact_q if all(u in exact_q for u in range(1, q + 1))), default=0)
     nb = q_ok + 1 if q_ok < qmax_lim else None
-    st.params["normalize_bits"] = nb
-    st.ev["normalize"] = f"2^(e+1)(1 + 2^-q) exact up to q={q_ok} (limit {qmax_lim})"
-    st.peff = nb if nb is not None else pout
-    q = st.peff - 1
+    params["normalize_bits"] = nb
+    ev["normalize"] = f"2^(e+1)(1 + 2^-q) exact up to q={q_ok} (limit {qmax_lim})"
+    peff = nb if nb is not None else pout
+    q = peff - 1
     if F is not None and q > F:
         # the window cannot hold the tie bit: the final rounding never sees extra bits
-        st.params["rounding"] = None
-        st.unobservable.append("rounding")
-        st.ev["rounding"] = f"unobservable: the {F}-bit window is narrower than p={st.peff}"
-        return
-    tie = {spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q),
-           spots[3]: (1.0, bb - q)}
-    r_tie, = P.run([P.case(tie, k=k1)])
-    lower = math.ldexp(1.0, bb + 1) + math.ldexp(1.0, bb + 1 - q)
-    st.params["rounding"] = "nearest_even" if r_tie > lower else "toward_zero"
-    st.ev["rounding"] = f"tie above an odd last bit at p={st.peff}: {r_tie!r} (lower {lower!r})"
+        params["rounding"] = None
+        unobservable.append("rounding")
+        ev["rounding"] = f"unobservable: the {F}-bit window is narrower than p={peff}"
+    else:
+        tie = {spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q),
+               spots[3]: (1.0, bb - q)}
+        r_tie, = P.run([P.case(tie, k=k1)])
+        lower = math.ldexp(1.0, bb + 1) + math.ldexp(1.0, bb + 1 - q)
+        params["rounding"] = "nearest_even" if r_tie > lower else "toward_zero"
+        ev["rounding"] = f"tie above an odd last bit at p={peff}: {r_tie!r} (lower {lower!r})"
 
-
-def _probe_subnormals(P: _Prober, st: _Findings) -> None:
-    """8. Subnormal inputs read or flushed; subnormal results produced or flushed."""
-    fin, fout, k = P.fin, P.fout, P.k
+    # 8. subnormals in / out
     sub_in = None
     if fin.smallest_subnormal is not None:
         s = fin.smallest_subnormal
@@ -294,42 +250,40 @@ def _probe_subnormals(P: _Prober, st: _Findings) -> None:
             a[0], b[0] = s, bmax
             r_in, = P.run([(a, b, 0.0)])
             sub_in = bool(r_in == want)
-            st.ev["subnormals_in"] = f"{s!r} * {bmax!r} -> {r_in!r}"
-    st.params["subnormals_in"] = sub_in
+            ev["subnormals_in"] = f"{s!r} * {bmax!r} -> {r_in!r}"
+    params["subnormals_in"] = sub_in
     sub_out = None
     e_sub = fout.emin - 1
     if 2 * fin.emin <= e_sub:
         r_out, = P.run([P.case({0: (1.0, e_sub)})])
         sub_out = bool(r_out == math.ldexp(1.0, e_sub))
-        st.ev["subnormals_out"] = f"2^{e_sub} -> {r_out!r}"
-    st.params["subnormals_out"] = sub_out
+        ev["subnormals_out"] = f"2^{e_sub} -> {r_out!r}"
+    params["subnormals_out"] = sub_out
 
-
-def _probe_products_and_carries(P: _Prober, st: _Findings) -> None:
-    """9. Exact products; 10. carries kept for a step of maximal products."""
-    F, k, k1, peff = st.F, P.k, st.k1, st.peff
-    p = P.fin.precision
+    # 9. exact products, 10. carries
+    p = fin.precision
     if 2 * p - 1 <= min(peff, (F + 1) if F is not None else peff):
         v = 1 + math.ldexp(1.0, 1 - p)
         a = np.zeros(k1)
         b = np.zeros(k1)
         a[0] = b[0] = v
         r_p, = P.run([(a, b, 0.0)])
-        st.params["products_exact"] = bool(r_p == v * v)
-        st.ev["products"] = f"(1+2^{1 - p})^2 -> {r_p!r}"
+        params["products_exact"] = bool(r_p == v * v)
+        ev["products"] = f"(1+2^{1 - p})^2 -> {r_p!r}"
     else:
-        st.params["products_exact"] = None
-    n = min(st.fma or 1, k)
+        params["products_exact"] = None
+    n = min(fma or 1, k)
     top = 2 - math.ldexp(1.0, 1 - p)
     a = np.zeros(max(n, k1))
     b = np.zeros(max(n, k1))
-    bc = min(P.B, P.fout.emax - 2 - max(1, n).bit_length() - 2) // 2
+    bc = min(B, fout.emax - 2 - max(1, n).bit_length() - 2) // 2
     a[:n] = top * math.ldexp(1.0, bc)
     b[:n] = top * math.ldexp(1.0, bc)
     r_c, = P.run([(a, b, 0.0)])
     total = n * (top * math.ldexp(1.0, bc)) ** 2
-    st.params["carry_bits"] = None if abs(r_c - total) < total / 4 else 0
-    st.ev["carry"] = f"{n} maximal products: {r_c!r} vs {total!r}"
+    params["carry_bits"] = None if abs(r_c - total) < total / 4 else 0
+    ev["carry"] = f"{n} maximal products: {r_c!r} vs {total!r}"
+    return ProbeResult(fin.name, fout.name, params, ev, P.calls, tuple(unobservable))
 
 
 _COMPARED = ("fma", "align_bits", "shifted_out", "interleave", "c_in_alignment",
