@@ -27,7 +27,7 @@ from thrifty.numerics.units import UnitModel, preset, unit
 
 DTYPES = {"binary16": np.float16, "bfloat16": ml_dtypes.bfloat16,
           "float8_e4m3fn": ml_dtypes.float8_e4m3fn, "float8_e5m2": ml_dtypes.float8_e5m2,
-          "tensorfloat32": None}
+          "float8_e4m3fnuz": ml_dtypes.float8_e4m3fnuz, "tensorfloat32": None}
 
 
 def to_format(x: np.ndarray, fmt: str) -> np.ndarray:
@@ -49,7 +49,7 @@ def sample(model: UnitModel, n: int, k: int, seed: int) -> tuple[np.ndarray, ...
     c = rng.standard_normal(n)
     third = n // 3
     p = {"binary16": 11, "bfloat16": 8, "tensorfloat32": 11, "float8_e4m3fn": 4,
-         "float8_e5m2": 3}[fin]
+         "float8_e5m2": 3, "float8_e4m3fnuz": 4}[fin]
     ones = (2.0 - 2.0 ** (1 - p))
     spread = rng.integers(4, 15, (third, k))
     a[:third] = to_format(ones * np.exp2(-spread.astype(float)), fin)
@@ -79,7 +79,7 @@ CONFIGS = [("v100", "fp16", "fp32"), ("v100", "fp16", "fp16"), ("a100", "bf16", 
            ("a100", "tf32", "fp32"), ("ada", "e4m3", "fp32"), ("ada", "e5m2", "fp16"),
            ("h100", "bf16", "fp32"), ("h100", "e4m3", "fp32"), ("b200", "fp16", "fp32"),
            ("cdna1", "fp16", "fp32"), ("cdna2", "bf16", "fp32"), ("cdna3", "bf16", "fp32"),
-           ("cdna3", "e4m3", "fp32"), ("amx", "bf16", "fp32")]
+           ("cdna3", "e4m3fnuz", "fp32"), ("amx", "bf16", "fp32")]
 
 
 @pytest.mark.parametrize(("name", "fin", "fout"), CONFIGS)

@@ -21,7 +21,7 @@ PAIRS = [("v100", "fp16", "fp32"), ("v100", "fp16", "fp16"), ("a100", "bf16", "f
          ("l40s", "bf16", "fp32"), ("h100", "bf16", "fp32"), ("h100", "e4m3", "fp32"),
          ("h200", "e5m2", "fp16"), ("h200", "tf32", "fp32"), ("b200", "e4m3", "fp32"),
          ("b200", "fp16", "fp16"), ("cdna1", "fp16", "fp32"), ("cdna1", "bf16", "fp32"),
-         ("cdna2", "bf16", "fp32"), ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3", "fp32"),
+         ("cdna2", "bf16", "fp32"), ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3fnuz", "fp32"),
          ("cdna3", "tf32", "fp32"), ("amx", "bf16", "fp32")]
 
 CORE = {"fma", "rounding", "normalize_bits", "subnormals_in"}

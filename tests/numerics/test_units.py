@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -110,7 +112,7 @@ PRESET_PAIRS = [(n, i, o) for n in ("v100", "a100", "a2", "ada", "h100", "h200",
     (n, i, o) for n in ("ada", "l40s", "h100", "h200") for i in ("e4m3", "e5m2")
     for o in ("fp32", "fp16")] + [("b200", "e4m3", "fp32"), ("cdna1", "fp16", "fp32"),
                                   ("cdna1", "bf16", "fp32"), ("cdna2", "bf16", "fp32"),
-                                  ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3", "fp32"),
+                                  ("cdna3", "bf16", "fp32"), ("cdna3", "e4m3fnuz", "fp32"),
                                   ("cdna3", "tf32", "fp32"), ("amx", "bf16", "fp32")]
 
 
@@ -294,8 +296,16 @@ def test_cli_validate_unit_names_a_missing_folder(tmp_path) -> None:
     assert res.exit_code != 0 and "not a folder" in res.output
 
 
-@settings(max_examples=100, deadline=None, derandomize=True)
-@given(model=models, seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40),
+models_ext = st.builds(
+    lambda md, pattern, last, zexp, pz: replace(
+        md, interleave_pattern=pattern, zero_exp=zexp, positive_zero=pz,
+        addend_last=last and md.c_in_alignment and md.window_bits is not None),
+    models, st.sampled_from(["odd_even", "pairs"]), st.booleans(),
+    st.one_of(st.none(), st.integers(-40, 12)), st.booleans())
+
+
+@settings(max_examples=140, deadline=None, derandomize=True)
+@given(model=models_ext, seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40),
        spread=st.sampled_from([2, 6, 20]))
 def test_tiled_compiled_gemm_equals_the_numpy_engine(model, seed, k, spread) -> None:
     """The blocked GEMM kernel (row and column blocks, padded columns, one step at a time)

@@ -25,6 +25,9 @@ _UNIT = click.option("--unit", "unit_name", required=True,
 _OUTPUT = click.option("--output", "fout", default="fp32", show_default=True,
                        help="Output (accumulator) format: fp32 or fp16.")
 _JSON = click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+_INSTR = click.option("--instruction", "instruction", default=None,
+                      help="Instruction modelled where a GPU has several: h100/h200 mma.sync "
+                           "(default) or wgmma; b200 mma.sync (default) or tcgen05.mma.")
 
 
 def _fail(e: ThriftyError) -> click.ClickException:
@@ -38,12 +41,19 @@ def _fail(e: ThriftyError) -> click.ClickException:
 @_OUTPUT
 @click.option("--data", "data", required=True, type=click.Path(path_type=Path),
               help="Folder with the a_*, b_*, c_* and d_*_{fp32,fp16} files of one GPU/format.")
+@_INSTR
+@click.option("--addend", "addend", type=click.Choice(["file", "zero"]), default="file",
+              show_default=True,
+              help="The addend the files were measured with: the c_* file, or zero (Khattak "
+                   "and Mikaitis's H100/H200 FP8 files: D = A*B + 0, Validate_TC_models.m).")
 @_JSON
 def validate_unit(unit_name: str, fin: str | None, fout: str, data: Path,
-                  as_json: bool) -> None:
+                  instruction: str | None, addend: str, as_json: bool) -> None:
     """Compare a unit model bit for bit with measured matrix-unit outputs.
 
-    Exits with status 1 when any case differs.
+    Say how the files were produced where it matters: --instruction (Khattak and
+    Mikaitis's harnesses use mma.sync for FP8, wmma for fp16/bf16/tf32, which issues the
+    same mma.sync instructions) and --addend. Exits with status 1 when any case differs.
     """
     from thrifty.numerics.formats import get_format
     from thrifty.numerics.units import load_validation_set, unit, validate
@@ -51,13 +61,16 @@ def validate_unit(unit_name: str, fin: str | None, fout: str, data: Path,
         ds = load_validation_set(data)
         if fin is not None and get_format(fin).name != ds.input:
             raise FormatError(f"--input {fin} but the files hold {ds.input} inputs")
-        report = validate(unit(unit_name, input=ds.input, output=fout), ds)
+        u = unit(unit_name, input=ds.input, output=fout, instruction=instruction)
+        report = validate(u, ds, addend=addend)
     except ThriftyError as e:
         raise _fail(e) from None
     if as_json:
-        emit_json(report.to_json())
+        emit_json({**report.to_json(), "instruction": u.model.instruction, "addend": addend})
     else:
-        kv_table(f"{unit_name} on {data}", {"input": report.input, "output": report.output,
+        kv_table(f"{unit_name} on {data}", {"instruction": u.model.instruction,
+                                            "addend": addend,
+                                            "input": report.input, "output": report.output,
                                             "cases": report.cases, "matched": report.matched,
                                             "first mismatches": list(report.mismatches[:10])})
     if report.matched != report.cases:
@@ -72,11 +85,13 @@ def validate_unit(unit_name: str, fin: str | None, fout: str, data: Path,
 @_OUTPUT
 @click.option("--compare", "compare_to", default=None,
               help="Preset to compare the inferred parameters with (default: --unit).")
+@_INSTR
 @click.option("--report", "report_path", default=None, type=click.Path(path_type=Path),
               help="Write a Markdown report here.")
 @_JSON
 def probe_cmd(unit_name: str | None, device: str | None, fin: str, fout: str,
-              compare_to: str | None, report_path: Path | None, as_json: bool) -> None:
+              compare_to: str | None, instruction: str | None, report_path: Path | None,
+              as_json: bool) -> None:
     """Infer a matrix unit's parameters with feature tests (Fasi et al.; Khattak-Mikaitis)."""
     from thrifty.numerics.probe import (
         compare,
@@ -89,11 +104,12 @@ def probe_cmd(unit_name: str | None, device: str | None, fin: str, fout: str,
     if (unit_name is None) == (device is None):
         raise click.UsageError("give exactly one of --unit (emulated) or --device (GPU)")
     try:
-        box = (emulated_black_box(unit(unit_name, input=fin, output=fout))
+        box = (emulated_black_box(unit(unit_name, input=fin, output=fout,
+                                       instruction=instruction))
                if unit_name is not None else torch_black_box(fin, fout, device or "cuda"))
         result = probe(box, fin, fout)
         ref_name = compare_to or unit_name
-        model = preset(ref_name, fin, fout) if ref_name else None
+        model = preset(ref_name, fin, fout, instruction) if ref_name else None
     except ThriftyError as e:
         raise _fail(e) from None
     cmp = compare(result, model) if model is not None else {}
@@ -115,8 +131,10 @@ def probe_cmd(unit_name: str | None, device: str | None, fin: str, fout: str,
 @_OUTPUT
 @click.option("--k", "k", default=1024, show_default=True, type=int,
               help="Inner dimension (dot-product length).")
+@_INSTR
 @_JSON
-def bound_cmd(unit_name: str, fin: str, fout: str, k: int, as_json: bool) -> None:
+def bound_cmd(unit_name: str, fin: str, fout: str, k: int, instruction: str | None,
+              as_json: bool) -> None:
     """Error bounds of a length-k dot product on a unit: model, gamma_n, block FMA, probabilistic.
 
     Relative bounds multiply |c| + sum |a_i b_i|. With --json, a non-finite number is the
@@ -130,7 +148,7 @@ def bound_cmd(unit_name: str, fin: str, fout: str, k: int, as_json: bool) -> Non
     )
     from thrifty.numerics.units import preset
     try:
-        model = preset(unit_name, fin, fout)
+        model = preset(unit_name, fin, fout, instruction)
         rows = [a_priori_bound(model, k), gamma_bound(k, model.output, model.rounding),
                 block_fma_bound(k, model.fma, model.output, model.rounding)]
     except ThriftyError as e:

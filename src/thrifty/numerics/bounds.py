@@ -141,7 +141,11 @@ def _rounding_unit(rounding: str, p: int) -> Fraction:
 def step_error_model(model: UnitModel) -> StepErrorModel:
     """The per-step error of ``model``, counting the truncations it really makes.
 
-    For an interleaved unit this is the error of one of its two sub-steps.
+    For an interleaved unit this is the error of one of its two sub-steps; with
+    ``addend_last`` the final addition of ``c`` (correctly rounded to nearest) counts as one
+    more such step (its error, at most half an ulp, is below the step's). With ``zero_exp``
+    a zero term may set the alignment: its truncations add at most ``2^(zero_exp - F)``
+    each, absolutely (in ``eta``).
 
     Raises
     ------
@@ -150,7 +154,8 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
         finite bound exists.
     """
     if model.interleave:  # two fused sub-steps of half the products each
-        model = replace(model, fma=-(-model.fma // 2), interleave=False)
+        model = replace(model, fma=-(-model.fma // 2), interleave=False,
+                        interleave_pattern="odd_even")
     fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
                        get_format(model.output))
     F = model.window_bits
@@ -193,6 +198,9 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     if not model.subnormals_out:
         eta += _pow2(fout.emin)
     eta += eps * _pow2(facc.emin)
+    if model.zero_exp is not None and F is not None:
+        eta += (model.fma + 1) * _pow2(model.zero_exp - F)
+        notes.append(f"zero terms align at 2^{model.zero_exp}")
     if not model.subnormals_in:
         notes.append("inputs assumed normal or zero (the unit flushes subnormal inputs)")
     notes.append(f"final rounding {model.rounding} to p={fout.precision}")
@@ -237,7 +245,7 @@ def a_priori_bound(model: UnitModel, k: int) -> ErrorBound:
     """
     k = _length(k)
     st = step_error_model(model)
-    S = -(-k // model.fma) * (2 if model.interleave else 1)
+    S = -(-k // model.fma) * ((2 if model.interleave else 1) + int(model.addend_last))
     if S <= _EXACT_STEPS:
         grow = (1 + st.eps) ** S
         rel, eta = _up(grow - 1), _up(S * st.eta * grow)

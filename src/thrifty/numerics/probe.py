@@ -131,15 +131,28 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     neg = (-1.0, B)
     x_tiny = math.ldexp(1.0, B - g)
 
-    # 1. structure: T1 = big - big + tiny in one window; T2 with the tiny at odd position 1
-    t1, t2 = P.run([P.case({0: big, 1: neg, 2: tiny}), P.case({0: big, 2: neg, 1: tiny})])
-    windowed = t1 != x_tiny
-    interleave = bool(windowed and t2 == x_tiny)
-    ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1) -> "
+    # 1. structure: big - big + tiny; the tiny survives where big and -big cancel in a
+    # sub-step of their own: (0,1,2) for halves in pairs (j mod 4 < 2 first), (0,2,1) for
+    # odd/even halves, neither in one aligned window, both when the sum is exact
+    # ((0,4,2) tells pairs from a chain of 1- or 2-term exact steps, where (0,1,2) too
+    # keeps the tiny)
+    t1, t2, t3 = P.run([P.case({0: big, 1: neg, 2: tiny}), P.case({0: big, 2: neg, 1: tiny}),
+                        P.case({0: big, 4: neg, 2: tiny})])
+    pairs = t1 == x_tiny and t2 != x_tiny and t3 == x_tiny
+    windowed = t1 != x_tiny or pairs
+    pattern = "pairs" if pairs else ("odd_even" if windowed and t2 == x_tiny else None)
+    interleave = pattern is not None
+    ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1), "
+                       f"{t3!r} at (0,4,2) -> "
                        + ("exact accumulation" if not windowed else
-                          "interleaved sub-steps" if interleave else "one aligned window"))
+                          f"interleaved sub-steps ({pattern})" if interleave
+                          else "one aligned window"))
     params["interleave"] = interleave
-    trip = (0, 2, 4) if interleave else (0, 1, 2)
+    params["interleave_pattern"] = pattern
+    # positions in the sub-step of position 0
+    same = [j for j in range(k) if pattern is None or (
+        j % 2 == 0 if pattern == "odd_even" else j % 4 < 2)]
+    trip = tuple(same[:3])
 
     # 2. alignment window F: largest t with big - big + 2^-t big exact
     F: int | None = None
@@ -166,8 +179,8 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
 
     # 4. group size
     if windowed:
-        js = [j for j in range(2, k) if not interleave or j % 2 == 0]
-        first = {0: big, 1: neg} if not interleave else {0: big, 2: neg}
+        js = [j for j in same if j > trip[1]]
+        first = {0: big, trip[1]: neg}
         cases = []
         for j in js:
             terms = dict(first)
@@ -187,13 +200,26 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
         ev["fma"] = f"c + tiny - c stays exact while -c is within the first {fma} products"
     params["fma"] = fma
 
-    # 5. c placement (windowed units only)
+    # 5. c placement (windowed units only): in the window, after the products' window
+    # (late), or added last to the rounded products (2^e + 2^(e-p) rounds to 2^e first)
+    pout = fout.precision
+    bb = min(B, fout.emax - 3)
+    params["addend_last"] = False
     if F is not None:
         xc = math.ldexp(1.0, B - min(F + 3, g))
         r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
         late = r_late == xc
-        params["c_in_alignment"] = not late
         ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
+        if late and F >= pout and bb - pout >= P.lo:
+            r_al, = P.run([P.case({trip[0]: (1.0, bb), trip[1]: (1.0, bb - pout)},
+                                  c=math.ldexp(1.0, bb - pout))])
+            params["addend_last"] = bool(r_al == math.ldexp(1.0, bb))
+            ev["c"] += f"; 2^{bb} + 2^{bb - pout} + c=2^{bb - pout}: {r_al!r}"
+        elif late:
+            params["addend_last"] = None
+            unobservable.append("addend_last")
+        late = late and not params["addend_last"]
+        params["c_in_alignment"] = not late
         if late:
             bc = min(B, fout.emax - 1)
             et = max(bc - F - 3, P.lo)
@@ -209,10 +235,8 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
         params["c_in_alignment"] = True
 
     # 6. normaliser width, 7. final rounding
-    pout = fout.precision
     qmax_lim = min(pout - 1, (F + 1) if F is not None else pout - 1)
-    bb = min(B, fout.emax - 3)
-    spots = (0, 2, 4, 6) if interleave else (0, 1, 2, 3)
+    spots = tuple(same[:4])
     qs = list(range(1, qmax_lim + 1))
     k1 = max(fma or k, 4 if not interleave else 8)
     r = P.run([P.case({spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q)},
@@ -286,7 +310,8 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     return ProbeResult(fin.name, fout.name, params, ev, P.calls, tuple(unobservable))
 
 
-_COMPARED = ("fma", "align_bits", "shifted_out", "interleave", "c_in_alignment",
+_COMPARED = ("fma", "align_bits", "shifted_out", "interleave", "interleave_pattern",
+             "addend_last", "c_in_alignment",
              "late_shifted_out", "normalize_bits", "rounding", "subnormals_in",
              "subnormals_out", "carry_bits")
 
@@ -306,12 +331,16 @@ def compare(result: ProbeResult, model: UnitModel) -> dict[str, tuple[object, ob
         if name not in result.params or result.params[name] is None and name in (
                 "subnormals_in", "subnormals_out"):
             continue
-        if exact and name in ("shifted_out", "interleave", "c_in_alignment",
-                              "late_shifted_out"):
+        if exact and name in ("shifted_out", "interleave", "interleave_pattern",
+                              "addend_last", "c_in_alignment", "late_shifted_out"):
             continue
         if name == "late_shifted_out" and model.c_in_alignment:
             continue
+        if name == "interleave_pattern" and not model.interleave:
+            continue
         expected = getattr(model, name)
+        if name == "align_bits" and model.window_bits is not None:
+            expected = model.window_bits - 23  # the probe counts F from a binary32 addend
         if name == "normalize_bits" and expected is not None and expected >= get_format(
                 model.output).precision:
             expected = None
@@ -405,7 +434,8 @@ def report(result: ProbeResult, model: UnitModel | None = None) -> str:
              f"{result.calls} black-box calls.", "", "| parameter | inferred | evidence |",
              "|---|---|---|"]
     evid = {"fma": "fma", "align_bits": "window", "shifted_out": "window",
-            "interleave": "structure", "c_in_alignment": "c", "late_shifted_out": "late",
+            "interleave": "structure", "interleave_pattern": "structure",
+            "addend_last": "c", "c_in_alignment": "c", "late_shifted_out": "late",
             "normalize_bits": "normalize", "rounding": "rounding",
             "subnormals_in": "subnormals_in", "subnormals_out": "subnormals_out",
             "products_exact": "products", "carry_bits": "carry"}

@@ -120,7 +120,20 @@ def format_section(fmt: Format | str) -> str:
 
 
 def export_unit(model: UnitModel, k: int = 64) -> str:
-    """A Coq file: the model's formats, its step and dot product, and the bound lemma."""
+    """A Coq file: the model's formats, its step and dot product, and the bound lemma.
+
+    Raises
+    ------
+    FormatError
+        For a model the exported step does not describe: halves in pairs, ``c`` added
+        last, or zero terms in the alignment (``zero_exp``).
+    """
+    if (model.interleave and model.interleave_pattern != "odd_even") or model.addend_last \
+            or model.zero_exp is not None:
+        raise FormatError(f"unit {model.name!r} ({model.instruction or 'user model'}): the "
+                          "Rocq export describes steps with odd/even halves, c in the "
+                          "window and zero terms outside the alignment; this model has "
+                          "pairs halves, c added last or zero_exp")
     fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
                        get_format(model.output))
     names = dict.fromkeys([fin.name, facc.name, fout.name])

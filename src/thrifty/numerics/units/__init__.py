@@ -25,15 +25,30 @@ e330, 2021) and Khattak and Mikaitis ("Accurate models of NVIDIA tensor cores", 
 5. **Late addend.** When ``c_in_alignment`` is false the products are summed in their
    window first and ``c`` joins in a second, two-term alignment whose shifted-out bits are
    treated by ``late_shifted_out`` (AMD CDNA3).
-6. **Interleaving.** With ``interleave`` a step is two fused sub-steps in sequence: the
-   products at even positions with ``c``, then those at odd positions with that result
-   (Hopper/Blackwell FP8 joins two 16-term vectors; CDNA3 FP8 odd/even grouping; no
-   measured data here, so this reading of the published parameters is an assumption).
+6. **Interleaving.** With ``interleave`` a step is two fused sub-steps in sequence, each
+   on half of the products: ``interleave_pattern="odd_even"`` takes the even positions
+   with ``c``, then the odd ones with that result (CDNA3 FP8's odd/even grouping);
+   ``"pairs"`` takes positions ``j`` with ``j mod 4 < 2``, then the others (Khattak and
+   Mikaitis's ``GEMM.m`` for Hopper/Blackwell FP8 ``mma.sync``: two 16-term vectors). With
+   ``addend_last`` the first sub-step starts from zero, not ``c``, and ``c`` joins at the
+   end in a two-term addition in the output format (two guard bits and a sticky bit,
+   rounded to nearest-even: ``GEMM.m``'s "final addition with C").
 7. **Normalisation** keeps ``normalize_bits`` significant bits (toward zero) when the
    unit's normaliser is narrower than the output (Ada/L40S/Hopper FP8: 14 bits), then
 8. **Final rounding** to the output format with ``rounding`` (``"toward_zero"`` or
    ``"nearest_even"``), subnormal outputs produced or flushed (``subnormals_out``); input
    subnormals read or flushed (``subnormals_in``). Overflow gives a signed infinity.
+
+A zero term never decides the alignment unless ``zero_exp`` is set: then a zero product
+or addend enters it with that exponent (MMA-Sim's ``e_zero``: -133 for a binary32, -21 for
+a binary16 result on Hopper/Blackwell), which can push tiny terms out of the window. With
+``positive_zero`` a result that is zero is +0 whatever the sign of the sum (MMA-Sim's
+NVIDIA steps; IEEE rounding would give -0 for a negative sum that underflows).
+``instruction`` names the instruction a model describes (``mma.sync``, ``wgmma``,
+``tcgen05.mma``, ``mfma``, ``tdpbf16ps``): one GPU computes differently through different
+instructions (Hopper FP8: ``mma.sync`` after Khattak and Mikaitis, ``wgmma`` after
+MMA-Sim, Xie et al., arXiv 2511.10909; :mod:`thrifty.numerics.crosscheck` compares the
+presets with MMA-Sim wherever both model an instruction).
 
 A K-long dot product, and each entry of a GEMM, is the **recursive sequence of steps**
 ``c_0 = c``, ``c_{s+1} = step(a[s f:(s+1) f], b[s f:(s+1) f], c_s)``, zero-padded to a
@@ -51,7 +66,8 @@ arithmetic of the numpy engine), :mod:`.engine` (:class:`Unit`: ``dot``/``matmul
 :mod:`.kernels` and :mod:`.compiled` (the numba engine, compiled on first use),
 :mod:`.gpus` (the presets as data, one table per architecture with the source of each
 parameter) and :mod:`.presets` (their lookup), :mod:`.reference` (the exact-rational
-specification), :mod:`.validation` (measured files and bit-exact comparison).
+specification), :mod:`.validation` (measured files and bit-exact comparison),
+:mod:`.scaled` (Blackwell's block-scaled MX and NVFP4 ``tcgen05.mma`` kinds: :func:`mx_dot`).
 
 Validation: the presets reproduce every case of the measured V100, A100 and Ada data
 (``shared/data/tensorcore``, 14 input/output configurations, 5000 cases each) bit for bit.
@@ -73,7 +89,13 @@ from __future__ import annotations
 from thrifty.numerics.units.engine import Unit
 from thrifty.numerics.units.exact import decompose, round_scaled
 from thrifty.numerics.units.kernels import _compiled_eligible, compiled_eligible
-from thrifty.numerics.units.model import ROUNDINGS, SHIFTED_OUT, UnitModel
+from thrifty.numerics.units.model import (
+    INSTRUCTIONS,
+    INTERLEAVE_PATTERNS,
+    ROUNDINGS,
+    SHIFTED_OUT,
+    UnitModel,
+)
 from thrifty.numerics.units.presets import (
     ArchTable,
     Config,
@@ -85,7 +107,9 @@ from thrifty.numerics.units.presets import (
     unit_names,
 )
 from thrifty.numerics.units.reference import reference_dot, round_fraction
+from thrifty.numerics.units.scaled import KINDS, mx_dot
 from thrifty.numerics.units.validation import (
+    ADDENDS,
     ValidationReport,
     ValidationSet,
     load_validation_set,
@@ -93,6 +117,10 @@ from thrifty.numerics.units.validation import (
 )
 
 __all__ = [
+    "ADDENDS",
+    "INSTRUCTIONS",
+    "INTERLEAVE_PATTERNS",
+    "KINDS",
     "ROUNDINGS",
     "SHIFTED_OUT",
     "ArchTable",
@@ -108,6 +136,7 @@ __all__ = [
     "compiled_eligible",
     "decompose",
     "load_validation_set",
+    "mx_dot",
     "preset",
     "reference_dot",
     "round_fraction",

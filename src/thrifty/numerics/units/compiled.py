@@ -13,6 +13,7 @@ import numba
 import numpy as np
 
 from thrifty.numerics.units.kernels import (
+    P_ADDLAST,
     P_CARRY,
     P_EMAXOUT,
     P_EMINACC,
@@ -24,11 +25,13 @@ from thrifty.numerics.units.kernels import (
     P_MODE,
     P_NORM,
     P_PACC,
+    P_POSZERO,
     P_POUT,
     P_RND,
     P_SHIFT,
     P_SUBIN,
     P_SUBOUT,
+    P_ZEXP,
 )
 
 _NO_TERM = -(1 << 40)  # the largest exponent of a step without nonzero terms
@@ -79,27 +82,51 @@ def _addend(c, ip):
 
 
 @_jit
-def _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip):
-    """``(S, L, any)``: the aligned sum of one step's terms, ``S 2^L`` (carries applied)."""
+def _picked(r, sel):
+    """Whether position ``r`` of a step belongs to sub-step ``sel``: 0 all, 1 even, 2 odd,
+    3 ``r mod 4 < 2``, 4 the others."""
+    if sel == 0:
+        return True
+    if sel == 1:
+        return r % 2 == 0
+    if sel == 2:
+        return r % 2 == 1
+    if sel == 3:
+        return r % 4 < 2
+    return r % 4 >= 2
+
+
+@_jit
+def _window_sum(ma, ea, na, mb, eb, nb, start, sel, c, ip):
+    """``(S, L, any)``: the aligned sum of the terms of positions ``sel`` picks of the step
+    at ``start`` (positions past the row are zeros), ``S 2^L`` (carries applied)."""
     F = ip[P_F]
     mode = ip[P_MODE]
     cm, ce = _addend(c, ip)
+    stop = min(start + ip[P_FMA], ma.shape[0])
     E = _NO_TERM
+    zero_seen = cm == 0 or stop < start + ip[P_FMA]
     if cm != 0:
         E = ce
-    for j in range(start, stop, stride):
+    for j in range(start, stop):
+        if not _picked(j - start, sel):
+            continue
         if ma[j] != 0 and mb[j] != 0:
             e = ea[j] + eb[j]
             if e > E:
                 E = e
+        else:
+            zero_seen = True
     if E == _NO_TERM:
         return 0, 0, False
+    if zero_seen and ip[P_ZEXP] > E:
+        E = ip[P_ZEXP]
     L = E - F
     if mode == 2:
         L -= 1
     S = 0
-    for j in range(start, stop, stride):
-        if ma[j] != 0 and mb[j] != 0:
+    for j in range(start, stop):
+        if _picked(j - start, sel) and ma[j] != 0 and mb[j] != 0:
             S += _align_term(ma[j] * mb[j], ea[j] + eb[j] - ip[P_SHIFT] - L, mode,
                              na[j] != nb[j])
     if cm != 0:
@@ -112,13 +139,14 @@ def _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip):
 
 
 @_jit
-def _round_out(mag, negS, L, ip, maxfin):
-    """``(-1)^negS mag 2^L`` (``mag > 0``) normalised and rounded to the output format."""
+def _round_out(mag, negS, L, ip, maxfin, rnd, norm):
+    """``(-1)^negS mag 2^L`` (``mag > 0``) normalised to ``norm`` bits (0: none) and rounded
+    (``rnd``, a code of ``RNDS``) to the output format."""
     eminout = ip[P_EMINOUT]
     nbits = _bit_length(mag)
-    if ip[P_NORM] > 0:
+    if norm > 0:
         eff = max(L + nbits - 1, eminout)
-        s = eff - (ip[P_NORM] - 1) - L
+        s = eff - (norm - 1) - L
         if s > 0:
             mag = (mag >> min(s, 63)) << min(s, 63)
             if mag == 0:
@@ -133,7 +161,6 @@ def _round_out(mag, negS, L, ip, maxfin):
         sc = min(s, 63)
         kept = mag >> sc
         rem = mag - (kept << sc)
-        rnd = ip[P_RND]
         up = False
         if rem != 0:
             if rnd == 1:
@@ -159,12 +186,46 @@ def _round_out(mag, negS, L, ip, maxfin):
 
 
 @_jit
-def _fused_scalar(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip, maxfin):
-    """One fused step over positions ``start:stop:stride`` of one row pair (scalar)."""
-    S, L, live = _window_sum(ma, ea, na, mb, eb, nb, start, stop, stride, c, ip)
+def _fused_scalar(ma, ea, na, mb, eb, nb, start, sel, c, ip, maxfin):
+    """One fused step over the positions ``sel`` picks of the step at ``start`` (scalar)."""
+    S, L, live = _window_sum(ma, ea, na, mb, eb, nb, start, sel, c, ip)
     if not live or S == 0:
         return 0.0
-    return _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin)
+    d = _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin, ip[P_RND], ip[P_NORM])
+    return d + 0.0 if ip[P_POSZERO] == 1 else d
+
+
+@_jit
+def _output_term(x, ip):
+    """``(m, e)`` of a finite value of the output format (``m = 0`` for zero)."""
+    eminout = ip[P_EMINOUT]
+    if x == 0.0:
+        return 0, eminout
+    e = max(math.frexp(abs(x))[1] - 1, eminout)
+    return int(math.ldexp(abs(x), ip[P_POUT] - 1 - e)), e
+
+
+@_jit
+def _add_last_scalar(d, c, ip, maxfin):
+    """``d + c`` in the output format: two guard bits and a sticky bit, nearest-even."""
+    if not (math.isfinite(d) and math.isfinite(c)):
+        return d + c
+    p = ip[P_POUT]
+    md, de = _output_term(d, ip)
+    mc, ce = _output_term(c, ip)
+    if md == 0 and mc == 0:
+        return 0.0
+    E = de if mc == 0 else (ce if md == 0 else max(de, ce))
+    L = E - (p + 1) - 1
+    S = 0
+    if md != 0:
+        S += _align_term(md, de - (p - 1) - L, 2, d < 0.0)
+    if mc != 0:
+        S += _align_term(mc, ce - (p - 1) - L, 2, c < 0.0)
+    if S == 0:
+        return 0.0
+    # the final addition rounds to nearest-even in the output format, no normaliser
+    return _round_out(-S if S < 0 else S, S < 0, L, ip, maxfin, 1, 0)
 
 
 @_jit
@@ -172,17 +233,19 @@ def _chain_scalar(ma, ea, na, mb, eb, nb, c, ip, maxfin):
     """The recursive sequence of steps for one row pair (scalar)."""
     k = ma.shape[0]
     f = ip[P_FMA]
+    inter = ip[P_INTER]
     for s0 in range(0, k, f):
-        s1 = min(s0 + f, k)
         if not math.isfinite(c):
             return c
-        if ip[P_INTER] == 1:
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0, s1, 2, c, ip, maxfin)
-            if not math.isfinite(c):
-                return c
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0 + 1, s1, 2, c, ip, maxfin)
+        d = 0.0 if ip[P_ADDLAST] == 1 else c
+        if inter == 0:
+            d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, 0, d, ip, maxfin)
         else:
-            c = _fused_scalar(ma, ea, na, mb, eb, nb, s0, s1, 1, c, ip, maxfin)
+            first = 1 if inter == 1 else 3
+            d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, first, d, ip, maxfin)
+            if math.isfinite(d):
+                d = _fused_scalar(ma, ea, na, mb, eb, nb, s0, first + 1, d, ip, maxfin)
+        c = _add_last_scalar(d, c, ip, maxfin) if ip[P_ADDLAST] == 1 else d
     return c
 
 
@@ -230,25 +293,34 @@ def _align_signed(p, sh, mode):
 
 
 @_jit
-def _max_exponents(sa, ea, i, sbr, ebr, start, stop, stride, E):
-    """``E[j] = max(E[j], e_a + e_b)`` over the nonzero products of one step."""
-    for t in range(start, stop, stride):
+def _max_exponents(sa, ea, i, sbr, ebr, s0, s1, sel, E, Z):
+    """``E[j] = max(E[j], e_a + e_b)`` over the nonzero products the sub-step ``sel``
+    picks; ``Z[j]`` notes a zero product among them."""
+    for t in range(s0, s1):
+        if not _picked(t - s0, sel):
+            continue
         if sa[i, t] == 0:
+            for j in range(BJ):
+                Z[j] = 1
             continue
         et = ea[i, t]
         brow = sbr[t]
         erow = ebr[t]
         for j in range(BJ):
-            e = et + erow[j] if brow[j] != 0 else _NO_TERM
+            nz = brow[j] != 0
+            e = et + erow[j] if nz else _NO_TERM
             E[j] = max(E[j], e)
+            Z[j] |= 0 if nz else 1
 
 
 @_jit
-def _aligned_sum(sa, ea, i, sbr, ebr, start, stop, stride, L, S, shift, mode):
-    """``S[j]``: the step's products aligned to the window ending at ``2^L[j]``, summed."""
+def _aligned_sum(sa, ea, i, sbr, ebr, s0, s1, sel, L, S, shift, mode):
+    """``S[j]``: the sub-step's products aligned to the window ending at ``2^L[j]``, summed."""
     for j in range(BJ):
         S[j] = 0
-    for t in range(start, stop, stride):
+    for t in range(s0, s1):
+        if not _picked(t - s0, sel):
+            continue
         at = sa[i, t]
         if at == 0:
             continue
@@ -305,6 +377,7 @@ def _round_lanes(row, S, L, CM, CE, ip, maxfin):
     sticky = 1 if mode == 2 else 0
     top = math.ldexp(1.0, ip[P_EMAXOUT] + 1) if ip[P_INF] == 1 else maxfin
     inf_at_top = ip[P_INF] == 1
+    poszero = ip[P_POSZERO] == 1
     tiny = math.ldexp(1.0, eminout) if ip[P_SUBOUT] == 0 else 0.0
     for j in range(BJ):
         Sj = S[j] + _align_signed(CM[j], CE[j] - low - L[j], mode)
@@ -338,6 +411,7 @@ def _round_lanes(row, S, L, CM, CE, ip, maxfin):
         val = math.inf if (val >= top if inf_at_top else val > top) else val
         val = 0.0 if val < tiny else val
         val = -val if neg else val
+        val = val + 0.0 if poszero else val
         if mag != 0 and math.isfinite(row[j]):
             row[j] = val
         elif math.isfinite(row[j]):
@@ -345,45 +419,62 @@ def _round_lanes(row, S, L, CM, CE, ip, maxfin):
 
 
 @_jit
-def _step_block(sa, ea, sbr, ebr, i0, i1, start, stop, stride, acc, E, S, CM, CE, ip,
-                maxfin):
-    """One fused step for rows ``i0:i1`` and one packed column block: ``acc`` in place."""
+def _step_block(sa, ea, sbr, ebr, i0, i1, s0, sel, acc, E, S, CM, CE, Z, ip, maxfin):
+    """One fused (sub-)step for rows ``i0:i1`` and one packed column block, on the
+    positions ``sel`` picks (see :func:`_picked`) of the step at ``s0``: ``acc`` in place."""
     F = ip[P_F]
     mode = ip[P_MODE]
     sticky = 1 if mode == 2 else 0
+    zexp = ip[P_ZEXP]
+    s1 = min(s0 + ip[P_FMA], sa.shape[1])
+    padded = s1 < s0 + ip[P_FMA]
     for ii in range(i1 - i0):
         row = acc[ii]
         _addends(row, E, CM, CE, ip)
-        _max_exponents(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E)
         for j in range(BJ):
-            E[j] = E[j] - F - sticky  # now L, the exponent of the window's last bit
-        _aligned_sum(sa, ea, i0 + ii, sbr, ebr, start, stop, stride, E, S, ip[P_SHIFT], mode)
+            Z[j] = 1 if (CM[j] == 0 or padded) else 0
+        _max_exponents(sa, ea, i0 + ii, sbr, ebr, s0, s1, sel, E, Z)
+        for j in range(BJ):
+            e = E[j]
+            if e != _NO_TERM and Z[j] == 1 and zexp > e:
+                e = zexp
+            E[j] = e - F - sticky  # now L, the exponent of the window's last bit
+        _aligned_sum(sa, ea, i0 + ii, sbr, ebr, s0, s1, sel, E, S, ip[P_SHIFT], mode)
         _round_lanes(row, S, E, CM, CE, ip, maxfin)
 
 
 @_jit
 def _gemm_block(sa, ea, sbr, ebr, C, out, ip, maxfin, i0, i1, j0, j1):
-    """Rows ``i0:i1`` and columns ``j0:j1`` (one packed block ``sbr``/``ebr``) of D."""
+    """Rows ``i0:i1`` and columns ``j0:j1`` (one packed block ``sbr``/``ebr``) of D: the
+    chain of steps of :func:`_chain_scalar`, a block of lanes at a time."""
     w = j1 - j0
-    acc = np.zeros((i1 - i0, BJ))
-    for ii in range(i1 - i0):
+    h = i1 - i0
+    acc = np.zeros((h, BJ))
+    for ii in range(h):
         for j in range(w):
             acc[ii, j] = C[i0 + ii, j0 + j]
+    last = ip[P_ADDLAST] == 1
+    d = np.zeros((h, BJ)) if last else acc
     E = np.empty(BJ, dtype=np.int64)
     S = np.empty(BJ, dtype=np.int64)
     CM = np.empty(BJ, dtype=np.int64)
     CE = np.empty(BJ, dtype=np.int64)
-    k = sa.shape[1]
-    f = ip[P_FMA]
-    for s0 in range(0, k, f):
-        s1 = min(s0 + f, k)
-        if ip[P_INTER] == 1:
-            _step_block(sa, ea, sbr, ebr, i0, i1, s0, s1, 2, acc, E, S, CM, CE, ip, maxfin)
-            _step_block(sa, ea, sbr, ebr, i0, i1, s0 + 1, s1, 2, acc, E, S, CM, CE, ip,
+    Z = np.empty(BJ, dtype=np.int64)
+    inter = ip[P_INTER]
+    first = 0 if inter == 0 else (1 if inter == 1 else 3)
+    for s0 in range(0, sa.shape[1], ip[P_FMA]):
+        if last:
+            d[:, :] = 0.0
+        _step_block(sa, ea, sbr, ebr, i0, i1, s0, first, d, E, S, CM, CE, Z, ip, maxfin)
+        if inter != 0:
+            _step_block(sa, ea, sbr, ebr, i0, i1, s0, first + 1, d, E, S, CM, CE, Z, ip,
                         maxfin)
-        else:
-            _step_block(sa, ea, sbr, ebr, i0, i1, s0, s1, 1, acc, E, S, CM, CE, ip, maxfin)
-    for ii in range(i1 - i0):
+        if last:
+            for ii in range(h):
+                for j in range(BJ):
+                    if math.isfinite(acc[ii, j]):
+                        acc[ii, j] = _add_last_scalar(d[ii, j], acc[ii, j], ip, maxfin)
+    for ii in range(h):
         for j in range(w):
             out[i0 + ii, j0 + j] = acc[ii, j]
 

@@ -18,8 +18,10 @@ from thrifty.errors import FormatError, ShapeError, SpecError
 from thrifty.numerics.formats import get_format
 from thrifty.numerics.units import checks
 from thrifty.numerics.units.exact import (
+    _add_last,
     _as_terms,
     _check_values,
+    _halves,
     _Terms,
     _truncate_bits,
     _window,
@@ -60,15 +62,23 @@ class Unit:
               c: np.ndarray) -> np.ndarray:
         """``d = c + sum_j a_j b_j`` over the last axis (length <= fma), one step.
 
-        An interleaved step is two fused sub-steps: the even positions with ``c``, then the
-        odd positions with that result.
+        An interleaved step is two fused sub-steps on the two halves of the products
+        (``interleave_pattern``); with ``addend_last`` they start from zero and ``c`` is
+        added last (see :mod:`thrifty.numerics.units`).
         """
-        if self.model.interleave:
-            even = self._fused(tuple(x[..., 0::2] for x in pa), tuple(x[..., 0::2] for x in pb),
-                               c)
-            return self._fused(tuple(x[..., 1::2] for x in pa), tuple(x[..., 1::2] for x in pb),
-                               even)
-        return self._fused(pa, pb, c)
+        md = self.model
+        c0 = np.zeros_like(c) if md.addend_last else c
+        if md.interleave:
+            first, second = _halves(pa[0].shape[-1], md.interleave_pattern)
+            d = self._fused(tuple(x[..., first] for x in pa), tuple(x[..., first] for x in pb),
+                            c0)
+            d = self._fused(tuple(x[..., second] for x in pa),
+                            tuple(x[..., second] for x in pb), d)
+        else:
+            d = self._fused(pa, pb, c0)
+        if md.addend_last:
+            d = _add_last(d, c, get_format(md.output), md.subnormals_out)
+        return d
 
     def _fused(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
                c: np.ndarray) -> np.ndarray:
@@ -87,7 +97,7 @@ class Unit:
         if md.c_in_alignment:
             cat = _Terms(*(np.concatenate([getattr(prod, f), getattr(cterm, f)], axis=-1)
                            for f in ("m", "x", "e", "neg")))
-            S, L = _window(cat, F, md.shifted_out)
+            S, L = _window(cat, F, md.shifted_out, md.zero_exp)
         else:
             pt = _as_terms(*_window(prod, F, md.shifted_out))
             two = _Terms(*(np.concatenate([getattr(pt, f), getattr(cterm, f)], axis=-1)
@@ -100,6 +110,8 @@ class Unit:
         if md.normalize_bits is not None:
             S = _truncate_bits(S, L, md.normalize_bits, fout.emin)
         d = round_scaled(S, L, fout, md.rounding, md.subnormals_out)
+        if md.positive_zero:
+            d = d + 0.0  # -0 + 0 = +0
         return np.where(finite, d, c)
 
     # -- public API ---------------------------------------------------------------------

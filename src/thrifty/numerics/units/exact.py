@@ -82,9 +82,11 @@ def decompose(x: np.ndarray, fmt: Format, subnormals: bool = True,
     return m, e, np.signbit(v)
 
 
-def _window(t: _Terms, F: int | None, shifted_out: str) -> tuple[np.ndarray, np.ndarray]:
+def _window(t: _Terms, F: int | None, shifted_out: str,
+            zero_exp: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Align terms (last axis) to their largest exponent, keep ``F`` fraction bits, add.
 
+    Zero terms take part in the alignment with exponent ``zero_exp`` when it is set.
     Returns ``(S, L)``: the exact signed integer sum and the exponent of its last bit.
     """
     if t.m.shape[-1] == 0:
@@ -103,6 +105,8 @@ def _window(t: _Terms, F: int | None, shifted_out: str) -> tuple[np.ndarray, np.
         T = _shift(t.m if fits else t.m.astype(object), sh)
         S = np.where(t.neg, -T, T).sum(axis=-1)
         return S, L
+    if zero_exp is not None:
+        E = np.maximum(E, np.where((t.m == 0).any(axis=-1), zero_exp, _ZERO_EXP))
     L = np.where(E == _ZERO_EXP, 0, E - F)
     if shifted_out == "sticky":
         L = L - 1
@@ -203,3 +207,28 @@ def _truncate_bits(S: np.ndarray, L: np.ndarray, bits: int, emin: int) -> np.nda
 def _check_values(x: np.ndarray, fmt: Format, what: str) -> None:
     fin = np.isfinite(x)
     decompose(np.where(fin, x, 0.0), fmt, True, what)
+
+
+def _halves(f: int, pattern: str) -> tuple[np.ndarray, np.ndarray]:
+    """Positions of the first and the second sub-step of an interleaved step of ``f``."""
+    j = np.arange(f)
+    first = (j % 2 == 0) if pattern == "odd_even" else (j % 4 < 2)
+    return np.flatnonzero(first), np.flatnonzero(~first)
+
+
+def _add_last(d: np.ndarray, c: np.ndarray, fout: Format, subnormals: bool) -> np.ndarray:
+    """``d + c`` in ``fout``: two guard bits and a sticky bit, rounded to nearest-even.
+
+    Khattak and Mikaitis's ``GEMM.m``, final addition of C: both operands are values of
+    the output format; NaN/Inf follow IEEE rules.
+    """
+    fin = np.isfinite(d) & np.isfinite(c)
+    dm, de, dn = decompose(np.where(fin, d, 0.0), fout, True, "partial sum")
+    cm, ce, cn = decompose(np.where(fin, c, 0.0), fout, True, "addend c")
+    p = fout.precision
+    t = _Terms(np.stack([dm, cm], -1), np.stack([de, ce], -1) - (p - 1),
+               np.stack([de, ce], -1), np.stack([dn, cn], -1))
+    S, L = _window(t, p - 1 + 2, "sticky")
+    r = round_scaled(S, L, fout, "nearest_even", subnormals)
+    with np.errstate(invalid="ignore"):
+        return np.where(fin, r, d + c)

@@ -18,9 +18,14 @@ from thrifty.numerics.units.model import UnitModel
 
 # Integer parameters of a model, in this order (``kernel_params``):
 P_FMA, P_F, P_SHIFT, P_MODE, P_CARRY, P_NORM, P_RND, P_SUBIN, P_SUBOUT, \
-    P_INTER, P_PACC, P_EMINACC, P_POUT, P_EMINOUT, P_EMAXOUT, P_INF = range(16)
+    P_INTER, P_PACC, P_EMINACC, P_POUT, P_EMINOUT, P_EMAXOUT, P_INF, P_ZEXP, P_ADDLAST, \
+    P_POSZERO = range(19)
 MODES = {"truncate": 0, "round_down": 1, "sticky": 2}
 RNDS = {"toward_zero": 0, "nearest_even": 1, "up": 2, "down": 3}
+#: ``P_INTER``: one fused step, odd/even halves, halves in pairs (``j mod 4 < 2`` first).
+INTER = {None: 0, "odd_even": 1, "pairs": 2}
+#: ``P_ZEXP`` of a model without ``zero_exp`` (zero terms never win the alignment).
+NO_ZERO_EXP = -(1 << 40)
 
 
 def kernel_params(md: UnitModel) -> tuple[np.ndarray, float]:
@@ -30,8 +35,10 @@ def kernel_params(md: UnitModel) -> tuple[np.ndarray, float]:
     p = np.array([md.fma, md.window_bits, 2 * (fin.precision - 1), MODES[md.shifted_out],
                   -1 if md.carry_bits is None else md.carry_bits, md.normalize_bits or 0,
                   RNDS[md.rounding], int(md.subnormals_in), int(md.subnormals_out),
-                  int(md.interleave), facc.precision, facc.emin, fout.precision, fout.emin,
-                  fout.emax, int(fout.has_inf)], dtype=np.int64)
+                  INTER[md.interleave_pattern if md.interleave else None], facc.precision,
+                  facc.emin, fout.precision, fout.emin, fout.emax, int(fout.has_inf),
+                  NO_ZERO_EXP if md.zero_exp is None else md.zero_exp, int(md.addend_last),
+                  int(md.positive_zero)], dtype=np.int64)
     return p, float(fout.max_finite)
 
 

@@ -18,6 +18,9 @@ _ZERO_EXP = -(1 << 40)
 
 SHIFTED_OUT = ("truncate", "round_down", "sticky")
 ROUNDINGS = ("toward_zero", "nearest_even", "up", "down")
+INTERLEAVE_PATTERNS = ("odd_even", "pairs")
+#: Instructions a preset may model (NVIDIA PTX, AMD, Intel).
+INSTRUCTIONS = ("mma.sync", "wgmma", "tcgen05.mma", "mfma", "tdpbf16ps")
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,6 +50,11 @@ class UnitModel:
     subnormals_out: bool = True
     accumulator: str = "binary32"
     source: str = ""
+    instruction: str = ""
+    interleave_pattern: str = "odd_even"
+    addend_last: bool = False
+    zero_exp: int | None = None
+    positive_zero: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not isinstance(self.source, str):
@@ -75,6 +83,20 @@ class UnitModel:
                               "finite window with c in the alignment")
         if self.normalize_bits is not None and self.normalize_bits < 1:
             raise FormatError(f"unit {self.name!r}: normalize_bits must be >= 1 or None")
+        if self.interleave_pattern not in INTERLEAVE_PATTERNS:
+            raise FormatError(f"unit {self.name!r}: interleave_pattern="
+                              f"{self.interleave_pattern!r}; valid: "
+                              f"{', '.join(INTERLEAVE_PATTERNS)}")
+        if self.addend_last and (not self.c_in_alignment or self.window_bits is None):
+            raise FormatError(f"unit {self.name!r}: addend_last needs a finite window with "
+                              "c_in_alignment (c then joins after the products)")
+        if self.zero_exp is not None and (isinstance(self.zero_exp, bool)
+                                          or not isinstance(self.zero_exp, int)):
+            raise FormatError(f"unit {self.name!r}: zero_exp must be an int or None, got "
+                              f"{self.zero_exp!r}")
+        if self.instruction and self.instruction not in INSTRUCTIONS:
+            raise FormatError(f"unit {self.name!r}: instruction={self.instruction!r}; valid: "
+                              f"{', '.join(INSTRUCTIONS)} (or '' for a user model)")
 
     def _check_types(self) -> None:
         """Integer fields hold ints (numpy ints converted), flags hold bools."""
@@ -87,12 +109,14 @@ class UnitModel:
                 want = "an int or None" if optional else "a positive int"
                 raise FormatError(f"unit {self.name!r}: {f} must be {want}, got {v!r}")
             object.__setattr__(self, f, int(v))
-        for f in ("c_in_alignment", "interleave", "subnormals_in", "subnormals_out"):
+        for f in ("c_in_alignment", "interleave", "subnormals_in", "subnormals_out",
+                  "addend_last", "positive_zero"):
             v = getattr(self, f)
             if not isinstance(v, bool | np.bool_):
                 raise FormatError(f"unit {self.name!r}: {f} must be True or False, got {v!r}")
             object.__setattr__(self, f, bool(v))
-        for f in ("shifted_out", "late_shifted_out", "rounding"):
+        for f in ("shifted_out", "late_shifted_out", "rounding", "instruction",
+                  "interleave_pattern"):
             if not isinstance(getattr(self, f), str):
                 raise FormatError(f"unit {self.name!r}: {f} must be a string, got "
                                   f"{getattr(self, f)!r}")

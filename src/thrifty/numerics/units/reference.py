@@ -11,6 +11,7 @@ import math
 from fractions import Fraction
 
 from thrifty.numerics.formats import Format, get_format
+from thrifty.numerics.units.exact import _halves
 from thrifty.numerics.units.model import UnitModel
 
 
@@ -64,7 +65,7 @@ def round_fraction(v: Fraction, fmt: Format, rounding: str, subnormals: bool = T
 
 
 def _ref_window(terms: list[tuple[Fraction, int]], F: int | None,
-                mode: str) -> tuple[Fraction, Fraction]:
+                mode: str, zero_exp: int | None = None) -> tuple[Fraction, Fraction]:
     """Aligned sum of ``(value, alignment exponent)`` terms, as the hardware's adder.
 
     Returns the sum and the total magnitude of what the alignment dropped.
@@ -75,7 +76,7 @@ def _ref_window(terms: list[tuple[Fraction, int]], F: int | None,
     exact = sum((v for v, _ in live), Fraction(0))
     if F is None:
         return exact, Fraction(0)
-    E = max(e for _, e in live)
+    E = _ref_max_exp(terms, zero_exp)
     ulp = Fraction(2) ** (E - F)
     total, lost = Fraction(0), Fraction(0)
     for v, _ in live:
@@ -107,15 +108,46 @@ def reference_dot(model: UnitModel, a: list[float], b: list[float], c: float,
     a = list(a) + [0.0] * (steps * f - K)
     b = list(b) + [0.0] * (steps * f - K)
     acc = float(c)
-    halves = [slice(None)] if not model.interleave else [slice(0, None, 2), slice(1, None, 2)]
+    if model.interleave:
+        halves = [[int(j) for j in h] for h in _halves(f, model.interleave_pattern)]
+    else:
+        halves = [list(range(f))]
     for s in range(steps):
+        if not math.isfinite(acc):
+            break
+        d = 0.0 if model.addend_last else acc
         for half in halves:
-            if not math.isfinite(acc):
+            if not math.isfinite(d):
                 break
-            xs = a[s * f:(s + 1) * f][half]
-            ys = b[s * f:(s + 1) * f][half]
-            acc = _ref_fused(model, xs, ys, acc, losses)
+            xs = [a[s * f + j] for j in half]
+            ys = [b[s * f + j] for j in half]
+            d = _ref_fused(model, xs, ys, d, losses)
+        acc = _ref_add_last(model, d, acc, losses) if model.addend_last else d
     return acc
+
+
+def _ref_add_last(model: UnitModel, d: float, c: float,
+                  losses: list[Fraction] | None) -> float:
+    """The final two-term addition of ``addend_last`` (scalar reference of ``_add_last``)."""
+    if not (math.isfinite(d) and math.isfinite(c)):
+        return d + c
+    fout = get_format(model.output)
+    terms = [(Fraction(v), max(_exp_of(Fraction(v)), fout.emin) if v != 0 else fout.emin)
+             for v in (d, c)]
+    total, dropped = _ref_window(terms, fout.precision + 1, "sticky")
+    out = round_fraction(total, fout, "nearest_even", model.subnormals_out)
+    if losses is not None and math.isfinite(out):
+        losses.append(dropped + abs(total - Fraction(out)))
+    return out
+
+
+def _ref_max_exp(terms: list[tuple[Fraction, int]], zero_exp: int | None) -> int:
+    """The alignment exponent: the largest of the nonzero terms', and ``zero_exp`` when a
+    term is zero and ``zero_exp`` is set."""
+    E = max(e for v, e in terms if v != 0)
+    if zero_exp is not None and any(v == 0 for v, _ in terms):
+        E = max(E, zero_exp)
+    return E
 
 
 def _ref_fused(model: UnitModel, xs: list[float], ys: list[float], acc: float,
@@ -139,7 +171,7 @@ def _ref_fused(model: UnitModel, xs: list[float], ys: list[float], acc: float,
                    for (x, y), (v, _) in zip(zip(xs, ys), prods)), Fraction(0))
     lost = flushed + abs(Fraction(acc) - cterm[0])
     if model.c_in_alignment:
-        total, dropped = _ref_window(prods + [cterm], F, model.shifted_out)
+        total, dropped = _ref_window(prods + [cterm], F, model.shifted_out, model.zero_exp)
         lost += dropped
     else:
         partial, dropped = _ref_window(prods, F, model.shifted_out)
@@ -149,8 +181,7 @@ def _ref_fused(model: UnitModel, xs: list[float], ys: list[float], acc: float,
         lost += dropped
     before = total
     if model.carry_bits is not None and F is not None and total != 0:
-        live = [e for v, e in prods + [cterm] if v != 0]
-        E = max(live)
+        E = _ref_max_exp(prods + [cterm], model.zero_exp)
         ulp = Fraction(2) ** (E - F - (1 if model.shifted_out == "sticky" else 0))
         width = F + 2 + model.carry_bits + (1 if model.shifted_out == "sticky" else 0)
         units = int(abs(total) / ulp) % (1 << width)
@@ -161,6 +192,8 @@ def _ref_fused(model: UnitModel, xs: list[float], ys: list[float], acc: float,
         units = _floor_ulps(abs(total), q)
         total = units * q if total > 0 else -units * q
     acc = round_fraction(total, fout, model.rounding, model.subnormals_out)
+    if model.positive_zero:
+        acc += 0.0
     if losses is not None and math.isfinite(acc):
         losses.append(lost + abs(before - Fraction(acc)))
     return acc

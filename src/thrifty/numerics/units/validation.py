@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 
-from thrifty.errors import FileFormatError
+from thrifty.errors import FileFormatError, FormatError
 from thrifty.numerics.formats import Format, get_format
 from thrifty.numerics.units.engine import Unit
 from thrifty.numerics.units.exact import decompose, round_scaled
@@ -153,17 +153,27 @@ def _bits32(x: np.ndarray) -> np.ndarray:
     return np.asarray(x, dtype=np.float32).view(np.uint32)
 
 
-def validate(u: Unit, data: ValidationSet) -> ValidationReport:
+#: Where a measured file's addend came from: its ``c_*`` file, or zero. Khattak and
+#: Mikaitis's ``Validate_TC_models.m``: their H100 and H200 FP8 files were measured as
+#: ``D = A*B + D`` from a zero ``D`` (their ``c_*`` files are not the addend used).
+ADDENDS = ("file", "zero")
+
+
+def validate(u: Unit, data: ValidationSet, addend: str = "file") -> ValidationReport:
     """Run ``u`` on every case of ``data`` and count bit-exact matches (NaNs match NaNs).
 
     The addend ``c`` is read in the unit's output format (for binary16 outputs it is first
     rounded to binary16 by nearest-even, as a binary16 accumulator register holds it).
+    ``addend="zero"`` runs every case with ``c = 0`` instead (see :data:`ADDENDS`).
     """
+    if addend not in ADDENDS:
+        raise FormatError(f"addend {addend!r}; valid: {', '.join(ADDENDS)} (how the "
+                          "measured file's addend was produced)")
     out = u.model.output
     if out not in data.d:
         raise FileFormatError(data.folder, f"no measured results for output {out}; "
                               f"available: {', '.join(data.d)}")
-    c = data.c
+    c = data.c if addend == "file" else np.zeros_like(data.c)
     if out != "binary32":
         c = _to_format(c, get_format(out))
     got = u.dot(data.a, data.b, c)
