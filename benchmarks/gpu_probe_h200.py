@@ -12,7 +12,8 @@ Writes ``gpu_probe_h200.json`` and ``gpu_probe_h200.md`` into ``--out`` (default
 ``benchmarks/results``). Without PyTorch or without a CUDA device it writes a result that
 says ``skipped`` and why, and exits 0.
 
-Usage: ``python benchmarks/gpu_probe_h200.py [--out DIR] [--budget SECONDS]``
+Usage: ``python benchmarks/gpu_probe_h200.py [--out DIR] [--budget SECONDS]``;
+``--emulate h200`` runs the same script on the emulated preset (a dry run without a GPU).
 """
 
 from __future__ import annotations
@@ -43,11 +44,19 @@ def _device() -> tuple[str | None, str]:
     return torch.cuda.get_device_name(0), ""
 
 
-def _probe_pair(fin: str, fout: str) -> dict[str, object]:
-    from thrifty.numerics.probe import compare, probe, report, torch_black_box
-    from thrifty.numerics.units import preset
+def _probe_pair(fin: str, fout: str, emulate: str | None = None) -> dict[str, object]:
+    from thrifty.numerics.probe import (
+        compare,
+        emulated_black_box,
+        probe,
+        report,
+        torch_black_box,
+    )
+    from thrifty.numerics.units import preset, unit
     t0 = time.perf_counter()
-    result = probe(torch_black_box(fin, fout, "cuda"), fin, fout)
+    box = (torch_black_box(fin, fout, "cuda") if emulate is None else
+           emulated_black_box(unit(emulate, fin, fout)))
+    result = probe(box, fin, fout)
     row: dict[str, object] = {"input": fin, "output": fout, "seconds": 0.0,
                               "inferred": result.params, "evidence": result.evidence,
                               "calls": result.calls, "comparisons": {}, "markdown": ""}
@@ -74,9 +83,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path(__file__).parent / "results")
     ap.add_argument("--budget", type=float, default=240.0,
                     help="total seconds for all pairs (default 240: under 5 minutes)")
+    ap.add_argument("--emulate", default=None,
+                    help="dry run without a GPU: probe this emulated preset instead")
     args = ap.parse_args(argv)
     args.out.mkdir(parents=True, exist_ok=True)
     name, reason = _device()
+    if args.emulate is not None:
+        name, reason = f"emulated {args.emulate} (dry run)", ""
     doc: dict[str, object] = {"host": platform.node(), "device": name, "pairs": []}
     lines = ["# Tensor-core probe vs the h200 preset", ""]
     if name is None:
@@ -95,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 lines.append(f"| {fin} | {fout} | - | not run (budget) | |")
                 continue
             try:
-                row = _probe_pair(fin, fout)
+                row = _probe_pair(fin, fout, args.emulate)
             except Exception as e:  # noqa: BLE001 - one pair's failure is reported
                 doc["pairs"].append({"input": fin, "output": fout,  # type: ignore[union-attr]
                                      "error": f"{type(e).__name__}: {e}"})
