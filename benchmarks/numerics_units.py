@@ -9,6 +9,9 @@
 3. A bf16 GEMM under the H100 model (compiled engine 1024^3 and numpy engine 256^3 in
    full mode; both 128^3 in --quick): seconds, products/s, ratio to numpy float32 matmul,
    and its error against float64 within the a priori bound.
+4. The compiled GEMM kernels side by side on the same inputs (1024^3, or 128^3 in
+   --quick; bf16 and E4M3 on H100 and B200, bf16 on A100): the tiled kernel that
+   ``matmul`` runs against the per-entry kernel, equal bits and the time ratio.
 
 Usage: ``python benchmarks/numerics_units.py [--quick]``; writes
 ``benchmarks/results/numerics_units.json``.
@@ -32,13 +35,16 @@ from rich.console import Console
 from rich.table import Table
 
 from thrifty.numerics.bounds import a_priori_bound, dot_magnitude
+from thrifty.numerics.formats import get_format
 from thrifty.numerics.units import (
     _compiled_eligible,
+    decompose,
     load_validation_set,
     reference_dot,
     unit,
     validate,
 )
+from thrifty.numerics.units.kernels import compiled_kernels, kernel_params
 from thrifty.testing import shared_data_dir
 
 DTYPES = {"bf16": ml_dtypes.bfloat16, "fp16": np.float16, "e4m3": ml_dtypes.float8_e4m3fn,
@@ -152,6 +158,39 @@ def bench_gemm(size: int, engine: str) -> dict[str, object]:
             "magnitude_check": bool(np.allclose(mu_check, mu[rows], rtol=1e-12))}
 
 
+def bench_gemm_kernels(size: int) -> list[dict[str, object]]:
+    """The compiled GEMM kernels on the same inputs: the tiled kernel (``matmul``'s compiled
+    engine) against the per-entry kernel (one chain of steps per ``(i, j)``, the engine
+    before the tiled one): equal bits, and the time ratio."""
+    rows = []
+    rng = np.random.default_rng(3)
+    _, _, per_entry = compiled_kernels()
+    for name, fin in [("h100", "bf16"), ("h100", "e4m3"), ("b200", "bf16"), ("b200", "e4m3"),
+                      ("a100", "bf16")]:
+        u = unit(name, input=fin, output="fp32")
+        A, B = values(rng, (size, size), fin), values(rng, (size, size), fin)
+        C = rng.standard_normal((size, size)).astype(np.float32).astype(np.float64)
+        u.matmul(A[:4, :64], B[:64, :4], C[:4, :4], engine="compiled")  # compile / load
+        t = time.perf_counter()
+        D = u.matmul(A, B, C, engine="compiled")
+        t_tiled = time.perf_counter() - t
+        fmt = get_format(u.model.input)
+        pa = decompose(A, fmt, u.model.subnormals_in, "A")
+        pb = tuple(np.ascontiguousarray(x.T) for x in decompose(B, fmt, True, "B"))
+        ip, maxfin = kernel_params(u.model)
+        out = np.empty((size, size))
+        small = [np.ascontiguousarray(x[:4, :64]) for x in pa + pb]
+        per_entry(*small, C[:4, :4].copy(), np.empty((4, 4)), ip, maxfin)  # compile / load
+        t = time.perf_counter()
+        per_entry(*pa, *pb, C, out, ip, maxfin)
+        t_entry = time.perf_counter() - t
+        rows.append({"unit": name, "input": fin, "m=n=k": size, "tiled_seconds": t_tiled,
+                     "per_entry_seconds": t_entry, "speedup": t_entry / t_tiled,
+                     "equal_bits": bool(np.array_equal(D.view(np.uint64),
+                                                       out.view(np.uint64)))})
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a minute or so)")
@@ -192,10 +231,18 @@ def main() -> None:
         t.add_row(*[f"{g[key]:.4g}" if isinstance(g[key], float) else str(g[key])
                     for key in keys])
     console.print(t)
+    kern = bench_gemm_kernels(size)
+    t = Table(title=f"Compiled GEMM kernels, {size}^3, binary32 output, same inputs")
+    for key in kern[0]:
+        t.add_column(key)
+    for r in kern:
+        t.add_row(*[f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()])
+    console.print(t)
     out = Path(__file__).parent / "results" / "numerics_units.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": info, "mode": "quick" if args.quick else "full",
-                               "validation": val, "throughput": thr, "gemm": gemm},
+                               "validation": val, "throughput": thr, "gemm": gemm,
+                               "gemm_kernels": kern},
                               indent=2))
     console.print(f"wrote {out}")
 

@@ -204,7 +204,7 @@ def test_cli_formats_table_and_json() -> None:
     out = runner.invoke(formats, ["e4m3", "binary8p3se", "--json"])
     assert out.exit_code == 0
     rows = json.loads(out.output)
-    assert [r["name"] for r in rows] == ["float8_e4m3fn", "binary8p3se"]
-    assert rows[0]["max"] == 448.0 and rows[1]["nan"] == "negative_zero"
+    assert [r["name"] for r in rows.values()] == ["float8_e4m3fn", "binary8p3se"]
+    assert rows["float8_e4m3fn"]["max"] == 448.0 and rows["binary8p3se"]["nan"] == "negative_zero"
     bad = runner.invoke(formats, ["e9m9"])
     assert bad.exit_code == 2 and "unknown number format" in bad.output

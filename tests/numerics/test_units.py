@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import ml_dtypes
 import numpy as np
 import pytest
@@ -19,6 +21,7 @@ from thrifty.numerics.units import (
     unit_names,
     validate,
 )
+from thrifty.numerics.units.kernels import tiled_eligible
 from thrifty.testing import require_shared_data
 
 # (folder, output): every file of shared/data/tensorcore
@@ -291,3 +294,49 @@ def test_cli_validate_unit_names_a_missing_folder(tmp_path) -> None:
     from thrifty.cli.fp_units import validate_unit
     res = CliRunner().invoke(validate_unit, ["--unit", "a100", "--data", str(tmp_path / "x")])
     assert res.exit_code != 0 and "not a folder" in res.output
+
+
+models_ext = st.builds(
+    lambda md, pattern, last, zexp, pz: replace(
+        md, interleave_pattern=pattern, zero_exp=zexp, positive_zero=pz,
+        addend_last=last and md.c_in_alignment and md.window_bits is not None),
+    models, st.sampled_from(["odd_even", "pairs"]), st.booleans(),
+    st.one_of(st.none(), st.integers(-40, 12)), st.booleans())
+
+
+@settings(max_examples=140, deadline=None, derandomize=True)
+@given(model=models_ext, seed=st.integers(0, 2**32 - 1), k=st.integers(1, 40),
+       spread=st.sampled_from([2, 6, 20]))
+def test_tiled_compiled_gemm_equals_the_numpy_engine(model, seed, k, spread) -> None:
+    """The blocked GEMM kernel (row and column blocks, padded columns, one step at a time)
+    gives the numpy engine's bits, across block edges, with NaN/Inf addends kept."""
+    if not _compiled_eligible(model):
+        return
+    rng = np.random.default_rng(seed)
+    m, n = 19, 70  # two row blocks and two column blocks (the second one padded)
+    A = _random_values(rng, model.input, (m, k), spread)
+    B = _random_values(rng, model.input, (k, n), spread)
+    A[rng.random((m, k)) < 0.2] = 0.0
+    c_dt = np.float16 if model.output == "binary16" else np.float32
+    with np.errstate(over="ignore"):
+        C = (rng.standard_normal((m, n)) * np.exp2(rng.integers(-spread, spread + 1, (m, n))))
+        C = C.astype(c_dt).astype(np.float64)
+    C[0, :3] = [np.inf, -np.inf, np.nan]
+    u = unit(model)
+    want = u.matmul(A, B, C, engine="numpy")
+    got = u.matmul(A, B, C, engine="compiled")
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    assert np.array_equal(got[~nan].view(np.uint64), want[~nan].view(np.uint64)), \
+        np.argwhere(got != want)[:5]
+
+
+def test_wide_format_models_take_the_per_entry_kernel() -> None:
+    """A binary64 accumulator is outside the tiled kernel's bit tricks: same bits anyway."""
+    model = UnitModel("wide", "bf16", "binary32", fma=4, align_bits=-30, accumulator="binary64")
+    assert _compiled_eligible(model) and not tiled_eligible(model)
+    rng = np.random.default_rng(5)
+    A = _random_values(rng, "bfloat16", (6, 9), 6)
+    B = _random_values(rng, "bfloat16", (9, 5), 6)
+    u = unit(model)
+    assert np.array_equal(u.matmul(A, B, engine="compiled"), u.matmul(A, B, engine="numpy"))

@@ -30,6 +30,7 @@ def _num(v: object) -> str:
 
 
 def _json_value(v: object) -> object:
+    """JSON has no infinity or NaN: such numbers become "inf", "-inf" or "nan"."""
     if isinstance(v, float) and not math.isfinite(v):
         return str(v)
     return v
@@ -37,7 +38,9 @@ def _json_value(v: object) -> object:
 
 @click.command("formats")
 @click.argument("names", nargs=-1)
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object per format.")
+@click.option("--json", "as_json", is_flag=True,
+              help="Print one JSON object with one entry per format: name -> properties "
+                   "(non-finite numbers as the strings \"inf\", \"-inf\", \"nan\").")
 def formats(names: tuple[str, ...], as_json: bool) -> None:
     """Print bits, bias, emin, emax, max, smallest normal/subnormal and inf/NaN/-0 of
     NAMES (names, aliases or P3109 names; default: every registered format)."""
@@ -46,9 +49,8 @@ def formats(names: tuple[str, ...], as_json: bool) -> None:
     except FormatError as e:
         raise click.BadParameter(str(e), param_hint="NAMES") from e
     if as_json:
-        rows = [f.summary() for f in fmts]
-        click.echo(json.dumps([{k: _json_value(v) for k, v in r.items()} for r in rows],
-                              indent=1))
+        out = {f.name: {k: _json_value(v) for k, v in f.summary().items()} for f in fmts}
+        click.echo(json.dumps(out, indent=1, allow_nan=False))
         return
     table = Table(title="Number formats", header_style="bold")
     cols = ["name", "bits", "E", "M", "bias", "emin", "emax", "max", "smallest normal",

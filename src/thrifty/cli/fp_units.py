@@ -137,7 +137,8 @@ def bound_cmd(unit_name: str, fin: str, fout: str, k: int, instruction: str | No
               as_json: bool) -> None:
     """Error bounds of a length-k dot product on a unit: model, gamma_n, block FMA, probabilistic.
 
-    Relative bounds multiply |c| + sum |a_i b_i|.
+    Relative bounds multiply |c| + sum |a_i b_i|. With --json, a non-finite number is the
+    string "inf" (JSON has no infinity) and "value" is null (no magnitude is given here).
     """
     from thrifty.numerics.bounds import (
         a_priori_bound,

@@ -78,9 +78,31 @@ class ErrorBound:
                           self.probability, self.detail)
 
     def to_json(self) -> dict[str, object]:
-        return {"kind": self.kind, "relative": self.relative, "absolute": self.absolute,
-                "magnitude": self.magnitude, "value": self.value,
-                "probability": self.probability, "detail": self.detail}
+        """The bound as valid JSON values (JSON has no infinity or NaN).
+
+        Rule: a non-finite number is written as the string ``"inf"``, ``"-inf"`` or
+        ``"nan"``; ``magnitude`` and ``value`` are ``null`` while the magnitude is unknown
+        (the relative part then has nothing to multiply).
+        """
+        known = self.magnitude is not None
+        return {"kind": self.kind, "relative": json_number(self.relative),
+                "absolute": json_number(self.absolute),
+                "magnitude": json_number(self.magnitude) if known else None,
+                "value": json_number(self.value) if known else None,
+                "probability": json_number(self.probability), "detail": self.detail}
+
+
+def json_number(x: float | None) -> float | str | None:
+    """``x`` for JSON: finite floats as they are, others as ``"inf"``, ``"-inf"``, ``"nan"``.
+
+    Example
+    -------
+    >>> json_number(1.5), json_number(-math.inf), json_number(None)
+    (1.5, '-inf', None)
+    """
+    if x is None or math.isfinite(x):
+        return x
+    return "nan" if math.isnan(x) else ("inf" if x > 0 else "-inf")
 
 
 def _up(x: Fraction) -> float:
@@ -185,6 +207,28 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     return StepErrorModel(eps, eta, n_trunc, "; ".join(notes))
 
 
+#: Up to this many steps ``(1 + eps)^S`` is computed exactly; beyond, ``exp(S eps)`` bounds
+#: it (looser by a relative ``S eps^2 / 2`` at most; exact powers take seconds from 10^5).
+_EXACT_STEPS = 1 << 14
+
+
+def _length(k: object, what: str = "a dot product") -> int:
+    """``k`` as a positive int, or :class:`SpecError`."""
+    if isinstance(k, bool) or not isinstance(k, int | np.integer) or k < 1:
+        raise SpecError(f"{what} needs an integer length k >= 1, got {k!r}")
+    return int(k)
+
+
+def _exp_growth(S: int, eps: Fraction, eta: Fraction) -> tuple[float, float]:
+    """Upper bounds of ``exp(S eps) - 1`` and ``S eta exp(S eps)`` (float64, rounded up)."""
+    x = _up(S * eps)
+    if x > 700:
+        return math.inf, math.inf
+    grow_m1 = math.nextafter(math.expm1(x) * (1 + 2.0**-50), math.inf)
+    grow = math.nextafter((1 + grow_m1) * (1 + 2.0**-52), math.inf)
+    return grow_m1, math.nextafter(_up(S * eta) * grow * (1 + 2.0**-52), math.inf)
+
+
 def a_priori_bound(model: UnitModel, k: int) -> ErrorBound:
     """Worst-case bound for a length-``k`` dot product ``c + sum a_i b_i`` on ``model``.
 
@@ -199,14 +243,15 @@ def a_priori_bound(model: UnitModel, k: int) -> ErrorBound:
     >>> round(a_priori_bound(preset("v100", "fp16", "fp32"), 4).relative * 2**23, 6)
     5.0
     """
-    if k < 1:
-        raise SpecError(f"a dot product needs k >= 1 terms, got {k}")
+    k = _length(k)
     st = step_error_model(model)
     S = -(-k // model.fma) * ((2 if model.interleave else 1) + int(model.addend_last))
-    grow = (1 + st.eps) ** S
-    rel = grow - 1
-    eta = S * st.eta * grow
-    return ErrorBound("a_priori", _up(rel), _up(eta),
+    if S <= _EXACT_STEPS:
+        grow = (1 + st.eps) ** S
+        rel, eta = _up(grow - 1), _up(S * st.eta * grow)
+    else:  # (1 + eps)^S <= exp(S eps): a closed form, rounded up, in constant time
+        rel, eta = _exp_growth(S, st.eps, st.eta)
+    return ErrorBound("a_priori", rel, eta,
                       detail=f"{model.name} {model.input}->{model.output}, k={k}, {S} steps; "
                              + st.detail)
 
@@ -231,6 +276,7 @@ def gamma_bound(k: int, output: str = "fp32", rounding: str = "nearest_even") ->
     Assumes every product and every addition is rounded once in ``output`` (``u = 2^-p``
     to nearest, ``2^(1-p)`` for directed roundings); underflow ignored.
     """
+    k = _length(k)
     fmt = get_format(output)
     g = _gamma(k + 1, _u(fmt, rounding))
     return ErrorBound("gamma", _up(g), 0.0,
@@ -244,6 +290,7 @@ def block_fma_bound(k: int, block: int, output: str = "fp32",
     Each block of ``b`` products is added to the accumulator exactly and rounded once;
     underflow ignored.
     """
+    k, block = _length(k), _length(block, "a block")
     fmt = get_format(output)
     steps = -(-k // block)
     g = _gamma(steps, _u(fmt, rounding))
@@ -272,14 +319,16 @@ def probabilistic_bound(model: UnitModel, k: int, failure: float = 1e-6) -> Erro
         raise FormatError(f"unit {model.name!r} {model.shifted_out}s aligned terms to a "
                           f"{model.window_bits}-bit window: biased errors; the probabilistic "
                           "bound needs mean-zero errors; use a_priori_bound")
-    if not 0 < failure < 1:
+    if isinstance(failure, bool) or not isinstance(failure, int | float) \
+            or not 0 < failure < 1:
         raise FormatError(f"failure probability must be in (0, 1), got {failure}")
+    k = _length(k)
     fout = get_format(model.output)
     u = float(_pow2(-fout.precision))
     n = -(-k // model.fma)
     lam = math.sqrt(2 * math.log(2 * n / failure)) / (1 - u)
-    g = math.expm1(lam * math.sqrt(n) * u + n * u * u / (1 - u))
-    g = math.nextafter(g, math.inf)
+    x = lam * math.sqrt(n) * u + n * u * u / (1 - u)
+    g = math.inf if x > 700 else math.nextafter(math.expm1(x), math.inf)
     return ErrorBound("probabilistic", g, 0.0, probability=1 - failure,
                       detail=f"Higham-Mary, n={n} roundings, lambda={lam:.3f}")
 

@@ -74,7 +74,7 @@ from typing import Literal
 
 import numpy as np
 
-from thrifty.errors import FormatError
+from thrifty.errors import FormatError, ShapeError
 from thrifty.numerics import rounding_fast
 from thrifty.numerics.formats import Format, get_format
 
@@ -117,7 +117,10 @@ def _as_float64(x: object) -> np.ndarray:
 
 def _as_float(x: object) -> np.ndarray:
     """``x`` as an array of its own floating dtype, or FormatError."""
-    a = np.asarray(x)
+    try:
+        a = np.asarray(x)
+    except (ValueError, TypeError) as e:
+        raise ShapeError(f"rounding needs a rectangular array of floats ({e})") from None
     if (a.dtype.kind == "f" and a.dtype.itemsize <= 8) or a.dtype.name in _ML_FLOATS:
         return a
     raise FormatError(
@@ -126,7 +129,14 @@ def _as_float(x: object) -> np.ndarray:
         "(extended precision would be rounded twice)")
 
 
-def _check_modes(fmt: Format, rounding: str, saturation: str, engine: str = "auto") -> None:
+def _check_modes(fmt: Format, rounding: str, saturation: str, engine: str = "auto",
+                 rng: object = None, stochastic_bits: object = None) -> None:
+    for what, v in (("engine", engine), ("rounding", rounding), ("saturation", saturation)):
+        if not isinstance(v, str):
+            raise FormatError(f"{what} is named by a string, got {type(v).__name__}")
+    if rounding not in STOCHASTIC and (rng is not None or stochastic_bits is not None):
+        raise FormatError(f"rng and stochastic_bits apply to the stochastic roundings "
+                          f"({', '.join(sorted(STOCHASTIC))}) only, not to {rounding!r}")
     if engine not in ENGINES:
         raise FormatError(f"unknown engine {engine!r}; valid: {', '.join(ENGINES)}")
     if rounding not in ROUNDINGS:
@@ -318,7 +328,7 @@ def encode(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
     array([126, 128], dtype=uint8)
     """
     fmt = get_format(fmt)
-    _check_modes(fmt, rounding, saturation, engine)
+    _check_modes(fmt, rounding, saturation, engine, rng, stochastic_bits)
     xa = _as_float(x)
     fast = _try_fast(xa, fmt, rounding, saturation, rng, stochastic_bits, engine, False)
     if fast is not None:
@@ -396,7 +406,10 @@ def decode(codes: object, fmt: str | Format) -> np.ndarray:
     array([448.,  nan,  -0.])
     """
     fmt = get_format(fmt)
-    c = np.asarray(codes)
+    try:
+        c = np.asarray(codes)
+    except (ValueError, TypeError) as e:
+        raise ShapeError(f"codes must be a rectangular array of integers ({e})") from None
     if c.dtype.kind not in "ui":
         raise FormatError(f"codes must be integers, got dtype {c.dtype}")
     if c.size and (c.min() < 0 or (fmt.bits < 64 and c.max() >= (1 << fmt.bits))):
@@ -445,7 +458,7 @@ def round(x: object, fmt: str | Format, rounding: Rounding = "nearest_even",
     array(2.5)
     """
     fmt = get_format(fmt)
-    _check_modes(fmt, rounding, saturation, engine)
+    _check_modes(fmt, rounding, saturation, engine, rng, stochastic_bits)
     xa = _as_float(x)
     fast = _try_fast(xa, fmt, rounding, saturation, rng, stochastic_bits, engine, True)
     if fast is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numba
+import numpy as np
 
 from thrifty.numerics.units.kernels import (
     P_ADDLAST,
@@ -37,6 +38,7 @@ _NO_TERM = -(1 << 40)  # the largest exponent of a step without nonzero terms
 
 _jit = numba.njit(nogil=True, cache=True)
 _par = numba.njit(nogil=True, parallel=True, cache=True)
+_inline = numba.njit(nogil=True, cache=True, inline="always")
 
 
 @_jit
@@ -59,10 +61,12 @@ def _align_term(m, sh, mode, neg):
 
 @_jit
 def _bit_length(mag):
-    nbits = 0
-    while mag > 0:
-        nbits += 1
-        mag >>= 1
+    """Bits of a non-negative int64 (``float(mag)`` may round up to the next power of 2)."""
+    if mag == 0:
+        return 0
+    nbits = math.frexp(float(mag))[1]
+    if (mag >> (nbits - 1)) == 0:
+        nbits -= 1
     return nbits
 
 
@@ -259,3 +263,237 @@ def gemm_kernel(ma, ea, na, mbt, ebt, nbt, C, out, ip, maxfin):
         for j in range(mbt.shape[0]):
             out[i, j] = _chain_scalar(ma[i], ea[i], na[i], mbt[j], ebt[j], nbt[j], C[i, j],
                                       ip, maxfin)
+
+
+# ---- the tiled GEMM kernel -------------------------------------------------------------------
+# The same steps, reorganised for speed: a block of BI rows of A and BJ columns of B advances
+# one step at a time, and each step's loops run over the BJ columns, contiguous in the packed
+# B (``(n / BJ, k, BJ)``, zero-padded), so the compiler vectorises them. Operands are signed
+# significands (``-m`` for negative values) with exponents.
+
+BI = 16
+BJ = 64
+
+
+@_inline
+def _align_signed(p, sh, mode):
+    """``_align_term`` of the signed integer term ``p 2^sh`` (|p| 2^sh rounded per mode)."""
+    neg = p < 0
+    a = -p if neg else p
+    s = sh - 1 if mode == 2 else sh
+    sl = min(max(s, 0), 63)
+    sr = min(max(-s, 0), 63)
+    up = a << sl
+    t = up >> sr
+    if mode == 2:
+        t = (t << 1) | ((t << sr) != up)
+    elif mode == 1:
+        t += neg & ((t << sr) != up)
+    return -t if neg else t
+
+
+@_jit
+def _max_exponents(sa, ea, i, sbr, ebr, s0, s1, sel, E, Z):
+    """``E[j] = max(E[j], e_a + e_b)`` over the nonzero products the sub-step ``sel``
+    picks; ``Z[j]`` notes a zero product among them."""
+    for t in range(s0, s1):
+        if not _picked(t - s0, sel):
+            continue
+        if sa[i, t] == 0:
+            for j in range(BJ):
+                Z[j] = 1
+            continue
+        et = ea[i, t]
+        brow = sbr[t]
+        erow = ebr[t]
+        for j in range(BJ):
+            nz = brow[j] != 0
+            e = et + erow[j] if nz else _NO_TERM
+            E[j] = max(E[j], e)
+            Z[j] |= 0 if nz else 1
+
+
+@_jit
+def _aligned_sum(sa, ea, i, sbr, ebr, s0, s1, sel, L, S, shift, mode):
+    """``S[j]``: the sub-step's products aligned to the window ending at ``2^L[j]``, summed."""
+    for j in range(BJ):
+        S[j] = 0
+    for t in range(s0, s1):
+        if not _picked(t - s0, sel):
+            continue
+        at = sa[i, t]
+        if at == 0:
+            continue
+        xt = ea[i, t] - shift
+        brow = sbr[t]
+        erow = ebr[t]
+        if mode == 0:  # truncation toward zero: the common case, without the lost bits
+            for j in range(BJ):
+                p = at * brow[j]
+                a = -p if p < 0 else p
+                s = xt + erow[j] - L[j]
+                v = (a << min(max(s, 0), 63)) >> min(max(-s, 0), 63)
+                S[j] += -v if p < 0 else v
+        else:
+            for j in range(BJ):
+                S[j] += _align_signed(at * brow[j], xt + erow[j] - L[j], mode)
+
+
+@_inline
+def _pow2(e):
+    """``2.0**e`` built from its bits (``-1022 <= e <= 1023``)."""
+    return np.int64((e + 1023) << 52).view(np.float64)
+
+
+@_jit
+def _addends(row, E, CM, CE, ip):
+    """Each lane's addend read in the accumulator format, from the bits of its float64.
+
+    ``CM``/``CE``: signed significand (0 when zero, flushed or non-finite) and exponent;
+    ``E`` starts at the addend's exponent (no term: ``_NO_TERM``).
+    """
+    eminacc = ip[P_EMINACC]
+    r0 = 52 - (ip[P_PACC] - 1)
+    subin = ip[P_SUBIN]
+    for j in range(BJ):
+        c = row[j]
+        bits = np.int64(np.float64(c).view(np.int64))
+        e64 = ((bits >> 52) & 0x7FF) - 1023
+        ce = max(e64, eminacc)
+        cm = (((bits & 0xFFFFFFFFFFFFF) | (1 << 52)) >> min(r0 + ce - e64, 63))
+        live = c != 0.0 and e64 != 1024 and (subin == 1 or e64 >= eminacc)
+        cm = cm if live else 0
+        CM[j] = -cm if c < 0.0 else cm
+        CE[j] = ce
+        E[j] = ce if cm != 0 else _NO_TERM
+
+
+@_jit
+def _round_lanes(row, S, L, CM, CE, ip, maxfin):
+    """Add each lane's addend, apply carries, normalise and round into ``row`` (finite
+    lanes only): :func:`_round_out` for a whole block of columns."""
+    F, mode, carry, norm = ip[P_F], ip[P_MODE], ip[P_CARRY], ip[P_NORM]
+    low, eminout, pout, rnd = ip[P_PACC] - 1, ip[P_EMINOUT], ip[P_POUT], ip[P_RND]
+    sticky = 1 if mode == 2 else 0
+    top = math.ldexp(1.0, ip[P_EMAXOUT] + 1) if ip[P_INF] == 1 else maxfin
+    inf_at_top = ip[P_INF] == 1
+    poszero = ip[P_POSZERO] == 1
+    tiny = math.ldexp(1.0, eminout) if ip[P_SUBOUT] == 0 else 0.0
+    for j in range(BJ):
+        Sj = S[j] + _align_signed(CM[j], CE[j] - low - L[j], mode)
+        if carry >= 0:
+            m = abs(Sj) % (1 << (F + 2 + carry + sticky))
+            Sj = -m if Sj < 0 else m
+        neg = Sj < 0
+        mag = -Sj if neg else Sj
+        Lj = L[j]
+        nb = _bit_length(mag)
+        if norm > 0:
+            sn = min(max(max(Lj + nb - 1, eminout) - (norm - 1) - Lj, 0), 63)
+            mag = (mag >> sn) << sn
+            nb = _bit_length(mag)
+        q = max(Lj + nb - 1, eminout) - (pout - 1)
+        s = q - Lj
+        sc = min(max(s, 0), 63)
+        kept = mag >> sc
+        rem = mag - (kept << sc)
+        if rnd == 1:
+            half = np.int64(1) << min(max(s - 1, 0), 62)
+            up = (rem > half or (rem == half and (kept & 1) == 1)) and s <= 63
+        elif rnd == 2:
+            up = rem != 0 and not neg
+        elif rnd == 3:
+            up = rem != 0 and neg
+        else:
+            up = False
+        kept += up
+        val = float(kept) * _pow2(q) if s > 0 else float(mag) * _pow2(Lj)
+        val = math.inf if (val >= top if inf_at_top else val > top) else val
+        val = 0.0 if val < tiny else val
+        val = -val if neg else val
+        val = val + 0.0 if poszero else val
+        if mag != 0 and math.isfinite(row[j]):
+            row[j] = val
+        elif math.isfinite(row[j]):
+            row[j] = 0.0
+
+
+@_jit
+def _step_block(sa, ea, sbr, ebr, i0, i1, s0, sel, acc, E, S, CM, CE, Z, ip, maxfin):
+    """One fused (sub-)step for rows ``i0:i1`` and one packed column block, on the
+    positions ``sel`` picks (see :func:`_picked`) of the step at ``s0``: ``acc`` in place."""
+    F = ip[P_F]
+    mode = ip[P_MODE]
+    sticky = 1 if mode == 2 else 0
+    zexp = ip[P_ZEXP]
+    s1 = min(s0 + ip[P_FMA], sa.shape[1])
+    padded = s1 < s0 + ip[P_FMA]
+    for ii in range(i1 - i0):
+        row = acc[ii]
+        _addends(row, E, CM, CE, ip)
+        for j in range(BJ):
+            Z[j] = 1 if (CM[j] == 0 or padded) else 0
+        _max_exponents(sa, ea, i0 + ii, sbr, ebr, s0, s1, sel, E, Z)
+        for j in range(BJ):
+            e = E[j]
+            if e != _NO_TERM and Z[j] == 1 and zexp > e:
+                e = zexp
+            E[j] = e - F - sticky  # now L, the exponent of the window's last bit
+        _aligned_sum(sa, ea, i0 + ii, sbr, ebr, s0, s1, sel, E, S, ip[P_SHIFT], mode)
+        _round_lanes(row, S, E, CM, CE, ip, maxfin)
+
+
+@_jit
+def _gemm_block(sa, ea, sbr, ebr, C, out, ip, maxfin, i0, i1, j0, j1):
+    """Rows ``i0:i1`` and columns ``j0:j1`` (one packed block ``sbr``/``ebr``) of D: the
+    chain of steps of :func:`_chain_scalar`, a block of lanes at a time."""
+    w = j1 - j0
+    h = i1 - i0
+    acc = np.zeros((h, BJ))
+    for ii in range(h):
+        for j in range(w):
+            acc[ii, j] = C[i0 + ii, j0 + j]
+    last = ip[P_ADDLAST] == 1
+    d = np.zeros((h, BJ)) if last else acc
+    E = np.empty(BJ, dtype=np.int64)
+    S = np.empty(BJ, dtype=np.int64)
+    CM = np.empty(BJ, dtype=np.int64)
+    CE = np.empty(BJ, dtype=np.int64)
+    Z = np.empty(BJ, dtype=np.int64)
+    inter = ip[P_INTER]
+    first = 0 if inter == 0 else (1 if inter == 1 else 3)
+    for s0 in range(0, sa.shape[1], ip[P_FMA]):
+        if last:
+            d[:, :] = 0.0
+        _step_block(sa, ea, sbr, ebr, i0, i1, s0, first, d, E, S, CM, CE, Z, ip, maxfin)
+        if inter != 0:
+            _step_block(sa, ea, sbr, ebr, i0, i1, s0, first + 1, d, E, S, CM, CE, Z, ip,
+                        maxfin)
+        if last:
+            for ii in range(h):
+                for j in range(BJ):
+                    if math.isfinite(acc[ii, j]):
+                        acc[ii, j] = _add_last_scalar(d[ii, j], acc[ii, j], ip, maxfin)
+    for ii in range(h):
+        for j in range(w):
+            out[i0 + ii, j0 + j] = acc[ii, j]
+
+
+@_par
+def gemm_tiled(sa, ea, sbp, ebp, C, out, ip, maxfin):
+    """``out = C + A @ B`` on the unit, blocks of rows and columns in parallel.
+
+    ``sa``/``ea``: signed significands and exponents of A (m, k); ``sbp``/``ebp``: those of
+    B packed as ``(ceil(n / BJ), k, BJ)`` (zero significands in the padding).
+    """
+    m = sa.shape[0]
+    n = out.shape[1]
+    nbi = (m + BI - 1) // BI
+    nbj = sbp.shape[0]
+    for blk in numba.prange(nbi * nbj):
+        bi = blk // nbj
+        bj = blk % nbj
+        i0 = bi * BI
+        j0 = bj * BJ
+        _gemm_block(sa, ea, sbp[bj], ebp[bj], C, out, ip, maxfin, i0, min(m, i0 + BI), j0,
+                    min(n, j0 + BJ))

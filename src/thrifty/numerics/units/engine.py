@@ -8,12 +8,15 @@ tested against.
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
 
-from thrifty.errors import FormatError
+from thrifty.errors import FormatError, ShapeError, SpecError
 from thrifty.numerics.formats import get_format
+from thrifty.numerics.units import checks
 from thrifty.numerics.units.exact import (
     _add_last,
     _as_terms,
@@ -25,7 +28,12 @@ from thrifty.numerics.units.exact import (
     decompose,
     round_scaled,
 )
-from thrifty.numerics.units.kernels import compiled_eligible, compiled_kernels, kernel_params
+from thrifty.numerics.units.kernels import (
+    compiled_eligible,
+    compiled_kernels,
+    kernel_params,
+    tiled_eligible,
+)
 from thrifty.numerics.units.model import UnitModel
 
 
@@ -119,17 +127,16 @@ class Unit:
         alignment) or ``"auto"`` (compiled where possible).
         """
         use_compiled = self._use_compiled(engine)
-        A = np.asarray(a, dtype=np.float64)
-        B = np.asarray(b, dtype=np.float64)
+        A, B = checks.real_array(a, "a"), checks.real_array(b, "b")
         try:
             A, B = np.broadcast_arrays(A, B)
         except ValueError:
-            raise FormatError(f"dot needs a and b of broadcastable shapes (..., K); got "
-                              f"{A.shape} and {B.shape}") from None
+            raise ShapeError(f"dot needs a and b of broadcastable shapes (..., K); got "
+                             f"{A.shape} and {B.shape}") from None
         if A.ndim == 0 or A.shape[-1] == 0:
-            raise FormatError(f"dot needs vectors of length K >= 1 on the last axis; got "
-                              f"shape {A.shape}")
-        C = np.broadcast_to(np.asarray(c, dtype=np.float64), A.shape[:-1]).copy()
+            raise ShapeError(f"dot needs vectors of length K >= 1 on the last axis; got "
+                             f"shape {A.shape}")
+        C = checks.addend(c, A.shape[:-1], "addend c")
         fout = get_format(self.model.output)
         _check_values(C, fout, "addend c")
         special, value = _specials(A, B, C)
@@ -151,8 +158,7 @@ class Unit:
         return np.where(special, value, flat.reshape(shape))
 
     def _use_compiled(self, engine: str) -> bool:
-        if engine not in ("auto", "numpy", "compiled"):
-            raise FormatError(f"engine {engine!r}; valid: auto, numpy, compiled")
+        engine = checks.engine_name(engine)
         if engine == "numpy":
             return False
         ok = compiled_eligible(self.model)
@@ -178,46 +184,101 @@ class Unit:
         return c
 
     def matmul(self, A: object, B: object, C: object = None, *,
-               block_rows: int | None = None, engine: str = "auto") -> np.ndarray:
+               block_rows: int | None = None, engine: str = "auto",
+               progress: bool | None = None) -> np.ndarray:
         """``D = C + A @ B`` as the unit computes it.
 
         Each ``D[i, j]`` is the recursive sequence of steps over ``k`` in chunks of
         ``fma`` (``c_0 = C[i, j]``), exactly as :meth:`dot` on row ``i`` of ``A`` and
         column ``j`` of ``B``. The numpy engine processes rows in blocks to bound memory;
-        the compiled engine runs the (i, j) loops in parallel threads.
+        the compiled engine runs blocks of rows and columns in parallel threads. With
+        ``progress`` (default: when stderr is a terminal and the product has more than
+        ``2^31`` terms) the compiled engine shows a progress bar on stderr.
         """
         use_compiled = self._use_compiled(engine)
-        A = np.asarray(A, dtype=np.float64)
-        B = np.asarray(B, dtype=np.float64)
+        rows = checks.block_rows(block_rows)
+        if progress is not None and not isinstance(progress, bool):
+            raise SpecError(f"progress must be True, False or None, got {progress!r}")
+        A, B = checks.real_array(A, "A"), checks.real_array(B, "B")
         if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
-            raise FormatError(f"matmul needs A (m, k) and B (k, n); got {A.shape} and "
-                              f"{B.shape}")
+            raise ShapeError(f"matmul needs A (m, k) and B (k, n); got A {A.shape} and "
+                             f"B {B.shape}")
         m, k = A.shape
         n = B.shape[1]
-        C = np.zeros((m, n)) if C is None else np.broadcast_to(
-            np.asarray(C, dtype=np.float64), (m, n))
+        C = np.zeros((m, n)) if C is None else checks.addend(C, (m, n), "addend C")
         if not (np.all(np.isfinite(A)) and np.all(np.isfinite(B))):
             return self.dot(A[:, None, :], np.broadcast_to(B.T[None], (m, n, k)), C,
                             engine=engine)
         fin = get_format(self.model.input)
         _check_values(C, get_format(self.model.output), "addend C")
         pa = decompose(A, fin, self.model.subnormals_in, "A")
-        pb = tuple(x.T for x in decompose(B, fin, self.model.subnormals_in, "B"))
+        pb = decompose(B, fin, self.model.subnormals_in, "B")
+        pbt = tuple(x.T for x in pb)
         if use_compiled:
-            kernels = compiled_kernels()
             ip, maxfin = kernel_params(self.model)
             out = np.empty((m, n))
-            kernels[1](*(np.ascontiguousarray(x) for x in pa + pb),
-                       np.ascontiguousarray(C, dtype=np.float64), out, ip, maxfin)
+            C = np.ascontiguousarray(C, dtype=np.float64)
+            _, tiled, by_rows = compiled_kernels()
+            if tiled_eligible(self.model):
+                sa, ea = _signed(pa), np.ascontiguousarray(pa[1])
+                sbp, ebp = _packed_columns(_signed(pb), pb[1])
+                for i0, i1 in _row_chunks(m, n, k, progress):
+                    tiled(sa[i0:i1], ea[i0:i1], sbp, ebp, C[i0:i1], out[i0:i1], ip, maxfin)
+            else:
+                by_rows(*(np.ascontiguousarray(x) for x in pa + pbt), C, out, ip, maxfin)
             return out
-        rows = block_rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
+        rows = rows or max(1, (1 << 21) // max(1, n * min(k, self.model.fma)))
         out = np.empty((m, n))
         for i0 in range(0, m, rows):
             i1 = min(m, i0 + rows)
             ba = tuple(np.broadcast_to(x[i0:i1, None, :], (i1 - i0, n, k)) for x in pa)
-            bb = tuple(np.broadcast_to(x[None, :, :], (i1 - i0, n, k)) for x in pb)
+            bb = tuple(np.broadcast_to(x[None, :, :], (i1 - i0, n, k)) for x in pbt)
             out[i0:i1] = self._chain(ba, bb, np.array(C[i0:i1], dtype=np.float64))
         return out
+
+
+def _signed(parts: tuple[np.ndarray, ...]) -> np.ndarray:
+    """Signed significands ``-m`` / ``m`` of decomposed values, C-contiguous int64."""
+    m, _, neg = parts
+    return np.ascontiguousarray(np.where(neg, -m, m), dtype=np.int64)
+
+
+#: Products above which a compiled GEMM shows progress (a few seconds of work).
+_PROGRESS_TERMS = 1 << 31
+
+
+def _row_chunks(m: int, n: int, k: int, progress: bool | None) -> Iterator[tuple[int, int]]:
+    """Row ranges to run the compiled GEMM over: all at once, or in 32 chunks behind a
+    progress bar on stderr (``progress=None``: a terminal and a large product)."""
+    if progress is None:
+        progress = m * n * k > _PROGRESS_TERMS and sys.stderr.isatty()
+    if not progress or m < 2:
+        yield 0, m
+        return
+    from rich.console import Console
+    from rich.progress import Progress
+
+    step = -(-m // (32 * 16)) * 16  # whole blocks of 16 rows
+    with Progress(console=Console(stderr=True), transient=True) as bar:
+        task = bar.add_task(f"unit GEMM {m}x{k}x{n}", total=m)
+        for i0 in range(0, m, step):
+            yield i0, min(m, i0 + step)
+            bar.update(task, completed=min(m, i0 + step))
+
+
+def _packed_columns(sb: np.ndarray, eb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """B's signed significands and exponents (k, n) as ``(ceil(n / BJ), k, BJ)`` blocks of
+    contiguous columns, zero-padded (zero terms never count), for the compiled GEMM."""
+    from thrifty.numerics.units.compiled import BJ
+
+    k, n = sb.shape
+    nb = -(-n // BJ)
+    out = []
+    for x in (sb, eb):
+        padded = np.zeros((k, nb * BJ), dtype=np.int64)
+        padded[:, :n] = x
+        out.append(np.ascontiguousarray(padded.reshape(k, nb, BJ).transpose(1, 0, 2)))
+    return out[0], out[1]
 
 
 def _specials(A: np.ndarray, B: np.ndarray, C: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

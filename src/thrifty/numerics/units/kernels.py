@@ -48,12 +48,30 @@ def compiled_eligible(md: UnitModel) -> bool:
     return F is not None and md.c_in_alignment and F + 8 + md.fma.bit_length() < 60
 
 
+def tiled_eligible(md: UnitModel) -> bool:
+    """Models the tiled GEMM kernel takes: compiled-eligible, and every exponent it builds
+    from bits (addends, results, ``2^e`` scale factors) inside binary64's normal range."""
+    fin, fout, facc = (get_format(md.input), get_format(md.output),
+                       get_format(md.accumulator))
+    return (compiled_eligible(md) and fout.emin - fout.precision >= -1000
+            and facc.emin >= -1000 and 2 * (fin.emax + 2) + 64 <= 1000
+            and fout.emax <= 1000)
+
+
 @functools.cache
-def compiled_kernels() -> tuple[Callable[..., None], Callable[..., None]]:
-    """The ``(dots, gemm)`` kernels, imported (and so jitted lazily) on first call."""
+def compiled_kernels() -> tuple[Callable[..., None], Callable[..., None],
+                                Callable[..., None]]:
+    """The ``(dots, gemm_tiled, gemm_rows)`` kernels, imported (so jitted lazily) on first
+    call.
+
+    ``dots`` runs the chain of steps one row pair at a time, ``gemm_rows`` the same per
+    ``(i, j)``; ``gemm_tiled`` (signed significands and exponents of A (m, k) and of B
+    packed in column blocks) advances blocks of rows and columns one step at a time over
+    contiguous columns (models of :func:`tiled_eligible`).
+    """
     from thrifty.numerics.units import compiled
 
-    return compiled.dots_kernel, compiled.gemm_kernel
+    return compiled.dots_kernel, compiled.gemm_tiled, compiled.gemm_kernel
 
 
 #: Former private name, kept for the tests and benchmarks that import it.

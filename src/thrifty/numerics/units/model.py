@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from thrifty.errors import FormatError
 from thrifty.numerics.formats import get_format
 
@@ -55,10 +57,14 @@ class UnitModel:
     positive_zero: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not isinstance(self.source, str):
+            raise FormatError(f"unit name and source must be strings, got {self.name!r} and "
+                              f"{self.source!r}")
         object.__setattr__(self, "input", get_format(self.input).name)
         object.__setattr__(self, "output", get_format(self.output).name)
         object.__setattr__(self, "accumulator", get_format(self.accumulator).name)
-        if not isinstance(self.fma, int) or self.fma < 1:
+        self._check_types()
+        if self.fma < 1:
             raise FormatError(f"unit {self.name!r}: fma must be a positive int, got {self.fma!r}")
         for field_name, value in (("shifted_out", self.shifted_out),
                                   ("late_shifted_out", self.late_shifted_out)):
@@ -91,6 +97,29 @@ class UnitModel:
         if self.instruction and self.instruction not in INSTRUCTIONS:
             raise FormatError(f"unit {self.name!r}: instruction={self.instruction!r}; valid: "
                               f"{', '.join(INSTRUCTIONS)} (or '' for a user model)")
+
+    def _check_types(self) -> None:
+        """Integer fields hold ints (numpy ints converted), flags hold bools."""
+        for f, optional in (("fma", False), ("align_bits", True), ("carry_bits", True),
+                            ("normalize_bits", True)):
+            v = getattr(self, f)
+            if v is None and optional:
+                continue
+            if isinstance(v, bool | np.bool_) or not isinstance(v, int | np.integer):
+                want = "an int or None" if optional else "a positive int"
+                raise FormatError(f"unit {self.name!r}: {f} must be {want}, got {v!r}")
+            object.__setattr__(self, f, int(v))
+        for f in ("c_in_alignment", "interleave", "subnormals_in", "subnormals_out",
+                  "addend_last", "positive_zero"):
+            v = getattr(self, f)
+            if not isinstance(v, bool | np.bool_):
+                raise FormatError(f"unit {self.name!r}: {f} must be True or False, got {v!r}")
+            object.__setattr__(self, f, bool(v))
+        for f in ("shifted_out", "late_shifted_out", "rounding", "instruction",
+                  "interleave_pattern"):
+            if not isinstance(getattr(self, f), str):
+                raise FormatError(f"unit {self.name!r}: {f} must be a string, got "
+                                  f"{getattr(self, f)!r}")
 
     @property
     def window_bits(self) -> int | None:

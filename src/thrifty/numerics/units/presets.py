@@ -168,20 +168,46 @@ def preset(name: str, input: str = "fp16", output: str = "fp32",
     >>> preset("h100", "e4m3", "fp32", instruction="wgmma").window_bits
     13
     """
+    if not isinstance(name, str):
+        raise FormatError(f"a preset unit is named by a string (one of "
+                          f"{', '.join(unit_names())}), got {type(name).__name__}")
     table = arch_table(name)
     return table.model(get_format(input).name, get_format(output).name, instruction)
 
 
-def unit(name: str | UnitModel, input: str = "fp16", output: str = "fp32",
+def unit(name: str | UnitModel, input: str | None = None, output: str | None = None,
          instruction: str | None = None, **overrides: object) -> Unit:
     """A :class:`Unit` for a preset name (or a :class:`UnitModel`), with optional overrides.
+
+    ``input``/``output`` default to fp16/fp32 for a preset; given with a
+    :class:`UnitModel`, they must agree with it. ``overrides`` are :class:`UnitModel`
+    fields.
 
     Example
     -------
     >>> unit("h100", input="bf16", output="fp32").model.fma
     16
     """
-    model = name if isinstance(name, UnitModel) else preset(name, input, output, instruction)
+    if isinstance(name, UnitModel):
+        model = name
+        for what, given, have in (("input", input, model.input),
+                                  ("output", output, model.output)):
+            if given is not None and get_format(given).name != have:
+                raise FormatError(f"unit({model.name!r} model, {what}={given!r}): the model's "
+                                  f"{what} is {have}; change it with a {what}= override")
+        if instruction is not None and instruction != model.instruction:
+            raise FormatError(f"unit({model.name!r} model, instruction={instruction!r}): the "
+                              f"model's instruction is {model.instruction!r}")
+    elif isinstance(name, str):
+        model = preset(name, "fp16" if input is None else input,
+                       "fp32" if output is None else output, instruction)
+    else:
+        raise FormatError(f"unit needs a preset name (one of {', '.join(unit_names())}) or a "
+                          f"UnitModel, got {type(name).__name__}")
     if overrides:
+        unknown = sorted(set(overrides) - set(UnitModel.__dataclass_fields__))
+        if unknown:
+            raise FormatError(f"unknown UnitModel field(s) {', '.join(unknown)}; valid: "
+                              f"{', '.join(UnitModel.__dataclass_fields__)}")
         model = replace(model, **overrides)  # type: ignore[arg-type]
     return Unit(model)

@@ -33,28 +33,39 @@ class ValidationSet:
     d: dict[str, np.ndarray]
 
 
+def _text_lines(path: Path) -> list[str]:
+    """The lines of an ASCII text file, or :class:`FileFormatError` naming the file."""
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise FileFormatError(path, f"cannot read it ({e.strerror or e})") from None
+    try:
+        return data.decode("ascii").splitlines()
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise FileFormatError(path, f"not a text file of bit patterns (byte 0x{data[e.start]:02x} "
+                              "is not ASCII)", line=line) from None
+
+
+_HEX_WORD = re.compile(r"[0-9a-fA-F]{1,8}")
+
+
 def _read_hex_words(path: Path) -> np.ndarray:
     rows: list[list[int]] = []
     width = None
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            words = line.split()
-            if not words:
-                continue
-            if width is None:
-                width = len(words)
-            if len(words) != width:
-                raise FileFormatError(path, f"{len(words)} values, expected {width} like "
-                                      "line 1", line=lineno)
-            try:
-                vals = [int(w, 16) for w in words]
-            except ValueError:
-                raise FileFormatError(path, "expected hexadecimal binary32 bit patterns "
-                                      "such as 3f800000", line=lineno) from None
-            if any(len(w) > 8 for w in words):
-                raise FileFormatError(path, "a binary32 bit pattern has at most 8 hex "
-                                      "digits", line=lineno)
-            rows.append(vals)
+    for lineno, line in enumerate(_text_lines(path), 1):
+        words = line.split()
+        if not words:
+            continue
+        if width is None:
+            width = len(words)
+        if len(words) != width:
+            raise FileFormatError(path, f"{len(words)} values, expected {width} like "
+                                  "line 1", line=lineno)
+        if not all(_HEX_WORD.fullmatch(w) for w in words):
+            raise FileFormatError(path, "expected hexadecimal binary32 bit patterns of at "
+                                  "most 8 hex digits, such as 3f800000", line=lineno)
+        rows.append([int(w, 16) for w in words])
     if not rows:
         raise FileFormatError(path, "no cases")
     return np.array(rows, dtype=np.uint32).view(np.float32).astype(np.float64)
@@ -62,15 +73,14 @@ def _read_hex_words(path: Path) -> np.ndarray:
 
 def _read_bit_strings(path: Path) -> np.ndarray:
     vals: list[int] = []
-    with open(path) as fh:
-        for lineno, line in enumerate(fh, 1):
-            s = line.strip()
-            if not s:
-                continue
-            if len(s) != 32 or set(s) - {"0", "1"}:
-                raise FileFormatError(path, "expected a 32-character string of 0s and 1s "
-                                      "(a binary32 bit pattern)", line=lineno)
-            vals.append(int(s, 2))
+    for lineno, line in enumerate(_text_lines(path), 1):
+        s = line.strip()
+        if not s:
+            continue
+        if len(s) != 32 or set(s) - {"0", "1"}:
+            raise FileFormatError(path, "expected a 32-character string of 0s and 1s "
+                                  "(a binary32 bit pattern)", line=lineno)
+        vals.append(int(s, 2))
     if not vals:
         raise FileFormatError(path, "no cases")
     return np.array(vals, dtype=np.uint32).view(np.float32).astype(np.float64)
