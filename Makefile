@@ -25,6 +25,7 @@ demo: $(STAMP_RUN)
 	$(BIN)/thrifty demo
 
 test: $(STAMP_TEST)
+	$(BIN)/lint-imports
 	$(BIN)/python -m pytest $(PYTEST_ARGS)
 
 lint: $(STAMP_TEST)
