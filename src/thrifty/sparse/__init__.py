@@ -5,7 +5,7 @@
 * :mod:`~thrifty.sparse.specialize` — lowering to a TaskGraph of kernel calls, and the
   :class:`~thrifty.sparse.specialize.SparsePlan` that runs it (sync, threads, cluster);
 * :mod:`~thrifty.sparse.kernels` — the kernel library; :mod:`~thrifty.sparse.cost` — the
-  cost model; :mod:`~thrifty.sparse.bench` — the benchmark.
+  cost model (the benchmark: ``benchmarks/sparse_bench.py``).
 
 Most users call ``program.specialize(**inputs)`` or simply ``program(**inputs)``.
 """
