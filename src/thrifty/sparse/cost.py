@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["CostModel"]
@@ -53,7 +54,10 @@ class CostModel:
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
-        100-200 µs per task).
+        100-200 µs per task). Never by default: the in-process runner (levels of row
+        panels on pooled threads) was faster on every plan of the benchmark, large ones
+        too (SpMM on 3D Poisson 64³, k = 64: Dask's threaded scheduler took 1.3x the
+        in-process time, same run); ``scheduler="threads"`` still asks for Dask.
     """
 
     csr_flops: float = 4.0e9
@@ -64,7 +68,7 @@ class CostModel:
     min_task_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
     parallel_seconds: float = 1.5e-4
-    dask_seconds: float = 5.0e-2
+    dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
 
     @property

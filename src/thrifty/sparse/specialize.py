@@ -481,9 +481,10 @@ class _Const:
 class _Alloc:
     def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
         self.shape, self.dtype = shape, dtype
+        self.pool = K.BufferPool(shape, dtype)
 
     def __call__(self) -> np.ndarray:
-        return np.empty(self.shape, dtype=self.dtype)
+        return self.pool.empty()
 
 
 class _Spgemm:
