@@ -302,8 +302,16 @@ class _SpmvWhole:
 
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
+        self.np_dtype = np.dtype(dtype)  # compared on every call: a dtype, not its name
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
+        dt = self.np_dtype
+        if type(x) is np.ndarray and x.dtype == dt and A.data.dtype == dt and x.ndim == 1 \
+                and A.indptr.dtype == A.indices.dtype and _st is not None:
+            n, m = A.shape
+            out = np.zeros(n, dtype=dt)
+            _st.csr_matvec(n, m, A.indptr, A.indices, A.data, x, out)
+            return out
         x = np.asarray(x)
         if _matvec_ok(A, x, self.dtype):
             out = np.zeros(A.shape[0], dtype=self.dtype)
