@@ -309,7 +309,7 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
         for kernel, k in _cases(kernels, ks):
             if kernel in ("masked-spgemm", "gcn", "attention") and A.shape[0] != A.shape[1]:
                 continue
-            if kernel == "spmm" and max(A.shape) * k > (6e7 if full else 1.5e7):
+            if kernel == "spmm" and max(A.shape) * k > (7e7 if full else 2e7):
                 continue  # the dense operands of every peer must fit beside the others'
             progress(f"{name} {kernel} k={k}")
             row = bench_case(name, A, kernel, k, repeat, threads, triad)

@@ -53,7 +53,7 @@ def _tol(dtype: str) -> float:
 @pytest.mark.parametrize("cost", [None, PANELS], ids=["default", "panels"])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("kind", ["random", "empty-rows", "one-huge-row", "all-empty"])
-@pytest.mark.parametrize("k", [0, 1, 16, 64])  # 0: a vector (SpMV)
+@pytest.mark.parametrize("k", [0, 1, 16, 33, 64])  # 0: a vector (SpMV)
 def test_product_plans_equal_dense_numpy(kind, dtype, k, cost):
     rng = np.random.default_rng(abs(hash((kind, dtype, k))) % 2**32)
     A = _values(_pattern(kind, 900, 700, rng), dtype, rng)

@@ -51,6 +51,9 @@ class CostModel:
     panel_overhead:
         Fixed cost of one gathered panel (allocation, gather and BLAS call: 6 µs measured
         for an 8 x 48 panel here), which keeps tiny panels in CSR form.
+    tasks_per_thread:
+        A row-panel op is split into at most this many tasks per thread (the threads take
+        them from one queue, so a thread that the OS deschedules holds back less work).
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
@@ -70,6 +73,7 @@ class CostModel:
     parallel_seconds: float = 1.5e-4
     dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
+    tasks_per_thread: int = 2
 
     @property
     def panel_density_threshold(self) -> float:
@@ -97,4 +101,5 @@ class CostModel:
         """How many parallel tasks to split work of ``seconds`` into."""
         if seconds < 2 * self.min_task_seconds or self.threads <= 1:
             return 1
-        return int(min(2 * self.threads, max(1, seconds // self.min_task_seconds)))
+        return int(min(self.tasks_per_thread * self.threads,
+                       max(1, seconds // self.min_task_seconds)))

@@ -48,16 +48,28 @@ _jit = numba.njit(nogil=True, cache=True, fastmath=False)
 
 @_jit
 def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
+    # from 32 columns on, two nonzeros per pass over the output row: half the loads and
+    # stores of the row (it stays in L1, but those were the loop's bottleneck: 10-40% less
+    # CPU time on k = 64 and 256 here; below 32 columns no gain was measured)
     k = X.shape[1]
     for i in range(r0, r1):
         o = out[i - r0]
         for c in range(k):
             o[c] = 0
-        for p in range(indptr[i], indptr[i + 1]):
+        p, hi = indptr[i], indptr[i + 1]
+        if k >= 32:
+            while p + 1 < hi:
+                a0, a1 = data[p], data[p + 1]
+                x0, x1 = X[indices[p]], X[indices[p + 1]]
+                for c in range(k):
+                    o[c] += a0 * x0[c] + a1 * x1[c]
+                p += 2
+        while p < hi:
             a = data[p]
             x = X[indices[p]]
             for c in range(k):
                 o[c] += a * x[c]
+            p += 1
 
 
 @_jit
