@@ -18,9 +18,77 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
     return "-" if x is None else format(x, spec)
 
 
+KERNELS = ("spmv", "spmm", "sddmm", "masked-spgemm", "gcn", "attention")
+
+
+def _program(kernel: str) -> Any:
+    import thrifty as th
+
+    return {
+        "spmv": lambda: th.program(lambda A, x: A @ x),
+        "spmm": lambda: th.program(lambda A, X: A @ X),
+        "sddmm": lambda: th.program(lambda X, Y, S: (X @ Y.T) * S),
+        "masked-spgemm": lambda: th.program(lambda L: (L @ L) * L),
+        "gcn": lambda: th.program(lambda A, X, W: th.relu(A @ (X @ W))),
+        "attention": lambda: th.program(lambda Q, K, V, S: th.softmax(Q @ K.T, mask=S) @ V),
+    }[kernel]()
+
+
+def _inputs(kernel: str, A: Any, seed: int, k: int) -> tuple[dict[str, Any], str, Any]:
+    """Seeded inputs of ``kernel`` around ``A``, and a reference form of the computation
+    (its name and a function) to time beside the plan."""
+    import numpy as np
+    import scipy.sparse as sp
+
+    rng = np.random.default_rng(seed)
+    n, m = A.shape
+    if kernel == "spmv":
+        x = rng.standard_normal(m)
+        return {"A": A, "x": x}, "scipy", lambda: A @ x
+    if kernel == "spmm":
+        X = rng.standard_normal((m, k))
+        return {"A": A, "X": X}, "scipy", lambda: A @ X
+    if kernel == "sddmm":
+        X, Y = rng.standard_normal((n, k)), rng.standard_normal((m, k))
+        return {"X": X, "Y": Y, "S": A}, "full_then_mask", \
+            lambda: A.multiply(X @ Y.T).tocsr()
+    if kernel == "masked-spgemm":
+        L = sp.csr_array(sp.tril(A, -1))
+        L.data[:] = 1.0
+        return {"L": L}, "full_then_mask", lambda: (L @ L).multiply(L)
+    if kernel == "gcn":
+        X, W = rng.standard_normal((n, k)), rng.standard_normal((k, k))
+        return {"A": A, "X": X, "W": W}, "scipy", lambda: np.maximum(A @ (X @ W), 0)
+    Q, K_, V = (rng.standard_normal((n, k)) for _ in range(3))
+    from thrifty.graph.ops import softmax_ref
+
+    return ({"Q": Q, "K": K_, "V": V, "S": A}, "dense",
+            lambda: softmax_ref(Q @ K_.T, A.toarray(), axis=1) @ V)
+
+
+def _median_times(fns: dict[str, Any], repeat: int) -> dict[str, float]:
+    """Median seconds per call, after a warm-up, the functions in a new random order each
+    round (so that a varying machine load hits each alike)."""
+    import statistics
+    import time
+
+    import numpy as np
+
+    for f in fns.values():
+        f()
+    ts: dict[str, list[float]] = {k: [] for k in fns}
+    keys = list(fns)
+    rng = np.random.default_rng(0)
+    for _ in range(repeat):
+        for i in rng.permutation(len(keys)):
+            t0 = time.perf_counter()
+            fns[keys[i]]()
+            ts[keys[i]].append(time.perf_counter() - t0)
+    return {k: statistics.median(v) for k, v in ts.items()}
+
+
 @group.command("run")
-@click.option("--kernel", type=click.Choice(["spmv", "spmm", "sddmm", "masked-spgemm", "gcn",
-                                             "attention"]), required=True)
+@click.option("--kernel", type=click.Choice(list(KERNELS)), required=True)
 @click.option("--matrix", "matrix", type=click.Path(exists=True, dir_okay=False),
               required=True, help="A .mtx, .mat or Rutherford-Boeing file.")
 @click.option("--k", "k", type=click.IntRange(1), default=64, show_default=True,
@@ -36,24 +104,22 @@ def _fmt(x: Any, spec: str = ".3g") -> str:
 def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int,
         as_json: bool, plot_path: str | None) -> None:
     """Specialize KERNEL to a matrix file, time it, and compare with scipy."""
-    import numpy as np
     import scipy.sparse as sp
 
     from thrifty.cli.common import progress, spy_plot
     from thrifty.errors import ThriftyError
     from thrifty.front.matrices import load_matrix
-    from thrifty.sparse.bench import interleaved_times, make_inputs, peer_fns, programs
 
     with progress(f"reading {matrix}"):
         A = load_matrix(matrix)
     if plot_path:
         spy_plot(A, plot_path, f"{Path(matrix).name}: {A.shape[0]} x {A.shape[1]}, "
                                f"{A.nnz:,} nonzeros")
-    prog = programs()[kernel]
+    prog = _program(kernel)
     if kernel in ("masked-spgemm", "gcn", "attention") and A.shape[0] != A.shape[1]:
         raise click.UsageError(f"--kernel {kernel} needs a square matrix; {matrix} is "
                                f"{A.shape[0]} x {A.shape[1]}")
-    inputs = make_inputs(kernel, A, np.random.default_rng(seed), k)
+    inputs, ref_name, ref_fn = _inputs(kernel, A, seed, k)
     with progress(f"specializing {kernel}") as say:
         try:
             plan = prog.specialize(**inputs)
@@ -65,9 +131,9 @@ def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int
             sched = None if scheduler == "auto" else resolve_scheduler(scheduler)
         except ThriftyError as e:
             raise click.BadParameter(str(e), param_hint="--scheduler") from None
-        say(f"timing {kernel} and scipy ({repeat} runs each)")
-        peers = interleaved_times({"thrifty": lambda: plan.run(inputs, scheduler=sched),
-                                   **peer_fns(kernel, A, inputs, ("scipy",))}, repeat)
+        say(f"timing {kernel} and {ref_name} ({repeat} runs each)")
+        peers = _median_times({"thrifty": lambda: plan.run(inputs, scheduler=sched),
+                               ref_name: ref_fn}, repeat)
     seconds = peers.pop("thrifty")
     rep = plan.report()
     out = {
@@ -99,74 +165,40 @@ def run(kernel: str, matrix: str, k: int, repeat: int, scheduler: str, seed: int
             f"executed/useful flops: {rep['executed_flops'] / max(1, rep['useful_flops']):.3g}")
 
 
-def bench_table(rows: list[dict[str, Any]], info: dict[str, Any]) -> Any:
-    """The benchmark rows as a rich Table."""
-    from rich.table import Table
+def _bench_script() -> Path | None:
+    """``benchmarks/sparse_bench.py`` of the source checkout (the working directory's, else
+    the one beside the sources thrifty is imported from), or None."""
+    import thrifty
 
-    t = Table(title=f"thrifty sparse bench — {info['processor']}, {info['cpu_count']} cores, "
-                    f"numpy {info['numpy']}, scipy {info['scipy']}, {info['threads']} threads, "
-                    f"triad {rows[0]['triad_bandwidth_GBs']:.1f} GB/s" if rows else "empty")
-    for col in ("instance", "kernel", "nnz", "ours ms", "GF/s", "exec/useful", "best peer",
-                "vs best", "vs scipy", "vs full+mask", "vs pydata", "inspect ms", "payback",
-                "BW frac", "kernels"):
-        t.add_column(col)
-    for r in rows:
-        t.add_row(r["instance"].replace("file:", ""), r["kernel"], str(r["nnz"]),
-                  _fmt(r["ours_s"] * 1e3), _fmt(r["useful_gflops"]),
-                  _fmt(r["executed_over_useful"]), r["best_baseline"] or "-",
-                  _fmt(r["speedup_vs_best"]), _fmt(r["speedup_vs_scipy"]),
-                  _fmt(r["speedup_vs_full_then_mask"]), _fmt(r["speedup_vs_pydata"]),
-                  _fmt(r["inspect_s"] * 1e3), _fmt(r["payback_runs"], "d"),
-                  _fmt(r.get("bandwidth_fraction")),
-                  ",".join(f"{k}:{v}" for k, v in r["kernels"].items()))
-    return t
+    for root in (Path.cwd(), Path(thrifty.__file__).resolve().parents[2]):
+        p = root / "benchmarks" / "sparse_bench.py"
+        if p.is_file():
+            return p
+    return None
 
 
-@group.command("bench")
-@click.option("--quick", is_flag=True, help="Small generated instances, 4 collection matrices.")
-@click.option("--repeat", type=click.IntRange(5), default=5, show_default=True,
-              help="Timed runs per measurement after a warm-up (median; at least 5).")
-@click.option("--kernel", "kernels", multiple=True,
-              type=click.Choice(["spmv", "spmm", "sddmm", "masked-spgemm", "gcn", "attention"]))
-@click.option("--instance", "instances", multiple=True,
-              help="poisson2d-N, poisson3d-N, rmat-SCALE or file:GROUP/NAME.mtx")
-@click.option("--out", type=click.Path(dir_okay=False), default=None,
-              help="JSON output (default benchmarks/results/sparse_bench.json).")
-@click.option("--json", "as_json", is_flag=True, help="Print JSON instead of a table.")
-def bench(quick: bool, repeat: int, kernels: tuple[str, ...], instances: tuple[str, ...],
-          out: str | None, as_json: bool) -> None:
-    """Benchmark specialized plans against scipy, dense numpy, pydata sparse, graphblas."""
-    from rich.console import Console
+@group.command("bench", context_settings={"ignore_unknown_options": True,
+                                          "allow_extra_args": True, "help_option_names": []})
+@click.pass_context
+def bench(ctx: click.Context) -> None:
+    """Run ``benchmarks/sparse_bench.py`` of the source checkout with these arguments
+    (``--full``, ``--kernel``, ``--instance``, ``--k``, ``--repeat``, ``--threads``,
+    ``--out``, ``--help``): plans against scipy, MKL, torch, graphblas, pydata, dense."""
+    import importlib.util
+    import sys
 
-    from thrifty.sparse.bench import machine_info, run_benchmark, summarize
-
-    console = Console(stderr=as_json, width=max(Console().width, 220))
-    info = machine_info()
-    rows = run_benchmark(quick=quick, kernels=kernels or None, instances=instances or None,
-                         repeat=repeat, progress=lambda s: console.log(s))
-    summary = summarize(rows)
-    result = {"machine": info, "quick": quick, "repeat": repeat, "rows": rows,
-              "summary": summary}
-    path = Path(out) if out else Path("benchmarks") / "results" / "sparse_bench.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(result, indent=2, default=str))
-    if as_json:
-        click.echo(json.dumps(result, indent=2, default=str))
-        return
-    console.print(bench_table(rows, info))
-    from rich.table import Table
-
-    s = Table(title="geometric means (targets: SpMM >= 1.5x scipy; SDDMM, masked SpGEMM >= 5x "
-                    "full+mask; GCN, attention >= 2x scipy; >= 10x pydata; never < 0.9x best)")
-    for col in ("kernel", "vs best", "worst vs best", "vs scipy", "vs full+mask", "vs pydata",
-                "max payback runs"):
-        s.add_column(col)
-    for kernel, v in summary.items():
-        s.add_row(kernel, _fmt(v["gmean_vs_best"]), _fmt(v["worst_vs_best"]),
-                  _fmt(v["gmean_vs_scipy"]), _fmt(v["gmean_vs_full_then_mask"]),
-                  _fmt(v["gmean_vs_pydata"]), _fmt(v["max_payback_runs"], "d"))
-    console.print(s)
-    console.print(f"JSON written to {path}")
+    path = _bench_script()
+    if path is None:
+        raise click.ClickException("the sparse benchmark lives in the source tree "
+                                   "(benchmarks/sparse_bench.py); run this command from a "
+                                   "checkout of thrifty")
+    spec = importlib.util.spec_from_file_location("thrifty_sparse_bench", path)
+    assert spec is not None and spec.loader is not None
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # numba's cache locates compiled functions by module
+    spec.loader.exec_module(mod)
+    mod.main.main(args=list(ctx.args), prog_name="thrifty sparse bench",
+                  standalone_mode=False)
 
 
 @group.command("demo")

@@ -8,7 +8,8 @@
   :mod:`~thrifty.sparse.registry` (built by :mod:`~thrifty.sparse.lower`,
   :mod:`~thrifty.sparse.lower_matmul`; inputs checked by :mod:`~thrifty.sparse.inputs`);
 * :mod:`~thrifty.sparse.kernels` — the compiled kernels; :mod:`~thrifty.sparse.tasks` — the
-  task callables; :mod:`~thrifty.sparse.cost` — the cost model.
+  task callables; :mod:`~thrifty.sparse.cost` — the cost model (the benchmark:
+  ``benchmarks/sparse_bench.py``).
 
 A SparsePlan is data; the runtime runs it (:func:`thrifty.runtime.specialize`). Most users
 call ``program.specialize(**inputs)`` or simply ``program(**inputs)``.

@@ -18,6 +18,7 @@ True
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["CostModel"]
@@ -50,10 +51,16 @@ class CostModel:
     panel_overhead:
         Fixed cost of one gathered panel (allocation, gather and BLAS call: 6 µs measured
         for an 8 x 48 panel here), which keeps tiny panels in CSR form.
+    tasks_per_thread:
+        A row-panel op is split into at most this many tasks per thread (the threads take
+        them from one queue, so a thread that the OS deschedules holds back less work).
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
-        100-200 µs per task).
+        100-200 µs per task). Never by default: the in-process runner (levels of row
+        panels on pooled threads) was faster on every plan of the benchmark, large ones
+        too (SpMM on 3D Poisson 64³, k = 64: Dask's threaded scheduler took 1.3x the
+        in-process time, same run); ``scheduler="threads"`` still asks for Dask.
     """
 
     csr_flops: float = 4.0e9
@@ -64,8 +71,9 @@ class CostModel:
     min_task_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
     parallel_seconds: float = 1.5e-4
-    dask_seconds: float = 5.0e-2
+    dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
+    tasks_per_thread: int = 2
 
     @property
     def panel_density_threshold(self) -> float:
@@ -93,4 +101,5 @@ class CostModel:
         """How many parallel tasks to split work of ``seconds`` into."""
         if seconds < 2 * self.min_task_seconds or self.threads <= 1:
             return 1
-        return int(min(2 * self.threads, max(1, seconds // self.min_task_seconds)))
+        return int(min(self.tasks_per_thread * self.threads,
+                       max(1, seconds // self.min_task_seconds)))

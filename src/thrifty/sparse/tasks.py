@@ -121,8 +121,16 @@ class SpmvWhole:
 
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
+        self.np_dtype = np.dtype(dtype)  # compared on every call: a dtype, not its name
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
+        dt = self.np_dtype
+        if type(x) is np.ndarray and x.dtype == dt and A.data.dtype == dt and x.ndim == 1 \
+                and A.indptr.dtype == A.indices.dtype:
+            n, m = A.shape
+            out = np.zeros(n, dtype=dt)
+            _st.csr_matvec(n, m, A.indptr, A.indices, A.data, x, out)
+            return out
         x = np.asarray(x)
         if _matvec_ok(A, x, self.dtype):
             out = np.zeros(A.shape[0], dtype=self.dtype)
@@ -290,11 +298,15 @@ class Transpose:
 
 
 class Alloc:
+    """The shared output of row-panel tasks: an array of an earlier run that the caller has
+    dropped, else a new one (:class:`~thrifty.sparse.kernels.BufferPool`)."""
+
     def __init__(self, shape: tuple[int, ...], dtype: str) -> None:
         self.shape, self.dtype = shape, dtype
+        self.pool = K.BufferPool(shape, dtype)
 
     def __call__(self) -> np.ndarray:
-        return np.empty(self.shape, dtype=self.dtype)
+        return self.pool.empty()
 
 
 class Spgemm:
