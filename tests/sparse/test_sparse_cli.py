@@ -45,3 +45,16 @@ def test_bench_writes_json(tmp_path):
     assert {r["kernel"] for r in data["rows"]} == {"spmv", "sddmm"}
     assert all(r["ours_s"] > 0 for r in data["rows"])
     assert data["summary"]["sddmm"]["gmean_vs_full_then_mask"] is not None
+
+
+def test_run_takes_the_scheduler_vocabulary_and_refuses_other_names():
+    path = require_shared_data("matrices", "Newman", "karate.mtx")
+    for sched in ("sync", "threads", "auto"):
+        res = CliRunner().invoke(group, ["run", "--kernel", "spmv", "--matrix", str(path),
+                                         "--repeat", "1", "--scheduler", sched, "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["kernel"] == "spmv"
+    res = CliRunner().invoke(group, ["run", "--kernel", "spmv", "--matrix", str(path),
+                                     "--scheduler", "gpu"])
+    assert res.exit_code == 2 and "unknown scheduler 'gpu'" in res.output
+    assert "'sync', 'threads'" in res.output
