@@ -49,3 +49,16 @@ def test_bench_runs_the_benchmark_script_and_writes_json(tmp_path):
         assert r["wrong_peers"] == []  # every peer computed the plan's result
         assert 0 < r["bw_share"]["thrifty"] and r["bytes"] > 0
     assert data["summary"]["spmm-k3"]["gmean_vs_scipy"] is not None
+
+
+def test_run_takes_the_scheduler_vocabulary_and_refuses_other_names():
+    path = require_shared_data("matrices", "Newman", "karate.mtx")
+    for sched in ("sync", "threads", "auto"):
+        res = CliRunner().invoke(group, ["run", "--kernel", "spmv", "--matrix", str(path),
+                                         "--repeat", "1", "--scheduler", sched, "--json"])
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["kernel"] == "spmv"
+    res = CliRunner().invoke(group, ["run", "--kernel", "spmv", "--matrix", str(path),
+                                     "--scheduler", "gpu"])
+    assert res.exit_code == 2 and "unknown scheduler 'gpu'" in res.output
+    assert "'sync', 'threads'" in res.output

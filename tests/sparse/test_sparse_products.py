@@ -10,7 +10,7 @@ import scipy.sparse as sp
 
 import thrifty as th
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.specialize import specialize
+from thrifty.runtime.sparse_run import specialize
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)  # row panels, threads
 DTYPES = ["float32", "float64", "complex128"]
