@@ -77,7 +77,9 @@ class Unit:
         else:
             d = self._fused(pa, pb, c0)
         if md.addend_last:
-            d = _add_last(d, c, get_format(md.output), md.subnormals_out)
+            # a non-finite running value ends the chain (as in reference_dot): keep it
+            d = np.where(np.isfinite(c), _add_last(d, c, get_format(md.output),
+                                                   md.subnormals_out), c)
         return d
 
     def _fused(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
