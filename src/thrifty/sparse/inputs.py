@@ -79,7 +79,11 @@ class InputSpec:
                              f"specialized for shape {self.shape}")
         dtype = value.dtype if hasattr(value, "dtype") else np.asarray(value).dtype
         if dtype != self.dtype:  # numpy compares a dtype with its name without building one
-            raise SpecError(f"input {self.name!r} has dtype {np.dtype(dtype).name}, but the "
+            try:
+                name = np.dtype(dtype).name
+            except TypeError:  # not a numpy dtype (a torch tensor's, say)
+                name = str(dtype)
+            raise SpecError(f"input {self.name!r} has dtype {name}, but the "
                             f"plan was specialized for dtype {self.dtype}; cast the input or "
                             "specialize again")
 
