@@ -76,8 +76,9 @@ class Unit:
                             tuple(x[..., second] for x in pb), d)
         else:
             d = self._fused(pa, pb, c0)
-        if md.addend_last:
-            d = _add_last(d, c, get_format(md.output), md.subnormals_out)
+        if md.addend_last:  # a non-finite accumulator passes through, as in _fused
+            d = np.where(np.isfinite(c), _add_last(d, c, get_format(md.output),
+                                                   md.subnormals_out), c)
         return d
 
     def _fused(self, pa: tuple[np.ndarray, ...], pb: tuple[np.ndarray, ...],
