@@ -340,3 +340,15 @@ def test_wide_format_models_take_the_per_entry_kernel() -> None:
     B = _random_values(rng, "bfloat16", (9, 5), 6)
     u = unit(model)
     assert np.array_equal(u.matmul(A, B, engine="compiled"), u.matmul(A, B, engine="numpy"))
+
+
+def test_addend_last_keeps_an_infinite_running_value() -> None:
+    """With c added last, an infinite addend ends the chain in every engine (the products
+    may overflow the other way: -inf + inf must not appear)."""
+    model = UnitModel("x", "binary16", "binary16", fma=1, align_bits=0, addend_last=True)
+    A, B, C = np.array([[-4460.0]]), np.array([[7152.0]]), np.array([[np.inf]])
+    want = reference_dot(model, [-4460.0], [7152.0], np.inf)
+    assert want == np.inf
+    for engine in ("numpy", "compiled"):
+        assert unit(model).matmul(A, B, C, engine=engine)[0, 0] == want
+        assert unit(model).dot(A[0], B[:, 0], np.inf, engine=engine) == want

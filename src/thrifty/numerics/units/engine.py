@@ -76,7 +76,8 @@ class Unit:
                             tuple(x[..., second] for x in pb), d)
         else:
             d = self._fused(pa, pb, c0)
-        if md.addend_last:  # a non-finite accumulator passes through, as in _fused
+        if md.addend_last:
+            # a non-finite running value ends the chain (as in reference_dot): keep it
             d = np.where(np.isfinite(c), _add_last(d, c, get_format(md.output),
                                                    md.subnormals_out), c)
         return d
