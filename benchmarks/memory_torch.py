@@ -200,6 +200,8 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
     m = WithLoss(checkpointed(name, copy.deepcopy(base)))
     rows.append({"model": name, "method": "checkpoint", "budget": None,
                  **_row(measure(m, m, x, repeats), ref)})
+    print(f"  {name} checkpoint: saved {rows[-1]['saved']:.2f} peak {rows[-1]['peak']:.2f} "
+          f"time {rows[-1]['time']:.2f} +flops {rows[-1]['extra_flops']:.3f}", flush=True)
     for f in BUDGETS:
         for part in ("thrifty", "min_cut"):
             m = fresh()
@@ -213,7 +215,10 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
                          "fallback": any(g.fallback for g in be.reports),
                          "compile_and_measure_s": wall,
                          "partition_s": sum(g.seconds for g in be.reports)})
-        print(f"  {name} {f} done", flush=True)
+        for r in rows[-2:]:
+            print(f"  {name} {r['method']} {f}: saved {r['saved']:.2f} peak {r['peak']:.2f} "
+                  f"time {r['time']:.2f} +flops {r['extra_flops']:.3f} "
+                  f"grads {'equal' if r['grads_equal'] else 'DIFF'}", flush=True)
     return rows
 
 
@@ -253,8 +258,8 @@ def main() -> None:
         if a.models and name not in a.models:
             continue
         print(f"{name} ...", flush=True)
-        rows += run_model(name, build, inp, repeats=3 if a.quick else 5,
-                          time_limit=2.0 if a.quick else 5.0)
+        rows += run_model(name, build, inp, repeats=2 if a.quick else 5,
+                          time_limit=1.0 if a.quick else 5.0)
     table = Table(title="Training within an activation budget (CPU; ratios to eager)")
     for c in ("model", "method", "budget", "saved", "peak", "time", "+flops", "grads"):
         table.add_column(c, justify="left" if c in ("model", "method") else "right")

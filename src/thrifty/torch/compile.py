@@ -19,6 +19,12 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
    recomputations placed where the autograd engine would run them). PyTorch runs both.
 
+With ``offload_bandwidth`` the plan may also offload: a forward value that is on the host
+when the backward starts is tagged ``should_offload`` and PyTorch's activation offloading
+(``torch._functorch.config.enable_activation_offloading``) moves it to the host in the
+forward graph and back in the backward graph. That pass skips ``getitem`` outputs of
+multi-output ops, so those are never offloaded by the plan either (``no_offload``).
+
 The plan's peak counts the forward values resident at any time; a boundary task between the
 forward and the backward needs ``room`` bytes of workspace (:func:`with_boundary`), so a
 plan under ``budget + room`` bytes holds at most ``budget`` bytes of forward values when the
@@ -84,7 +90,7 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
         backward (in each compiled graph); an int: bytes per compiled graph.
     offload_bandwidth:
         Bytes per second of the copy to host memory; when given, the planner may also
-        offload (the plan is made with it; see the README for what is executed).
+        offload (through PyTorch's activation offloading; see the module docstring).
     partitioner:
         One of :data:`PARTITIONERS` (the other two are PyTorch's, for comparison).
     time_limit:
