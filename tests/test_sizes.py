@@ -40,8 +40,9 @@ def test_bad_sizes_say_what_is_valid(text, message):
 
 
 @pytest.mark.parametrize(("value", "fraction"), [
-    ("0.7", True), ("1", True), ("1.0", True), (0.5, True), (1, True), ("1e-1", True),
-    ("0", False), (0, False), ("2", False), (2, False), ("64MiB", False), ("0.5GB", False),
+    ("0.7", True), ("1.0", True), (0.5, True), (1.0, True), ("1e-1", True), ("1.", True),
+    ("1", False), (1, False), ("0", False), (0, False), ("2", False), (2, False),
+    ("64MiB", False), ("0.5GB", False), (True, False), (0.0, False), ("0.0", False),
 ])
 def test_a_plain_number_in_zero_to_one_is_a_fraction(value, fraction):
     assert is_fraction(value) is fraction
@@ -49,7 +50,8 @@ def test_a_plain_number_in_zero_to_one_is_a_fraction(value, fraction):
 
 def test_budgets_apply_one_rule():
     assert parse_budget("0.7", peak=1000) == parse_budget(0.7, peak=1000) == 700
-    assert parse_budget("1", peak=1000) == parse_budget(1, peak=1000) == 1000
+    assert parse_budget("1.0", peak=1000) == parse_budget(1.0, peak=1000) == 1000
+    assert parse_budget("1", peak=1000) == parse_budget(1, peak=1000) == 1  # integers: bytes
     assert parse_budget("1000", peak=7) == parse_budget(1000, peak=7) == 1000
     assert parse_budget("2kB", peak=7) == 2000
     for plain in ("1.5", 1.5, "2.25"):  # neither a fraction nor whole bytes: never 1 byte
@@ -72,7 +74,7 @@ def test_plan_takes_a_fraction_of_the_best_schedule_peak():
     p = plan(g, 0.9, offload_bandwidth=1e3, time_limit=1.0)
     assert p.budget == int(0.9 * peak) < peak
     assert simulate(g, p, offload_bandwidth=1e3).peak <= p.budget
-    assert plan(g, 1, time_limit=1.0).budget == peak
+    assert plan(g, 1.0, time_limit=1.0).budget == peak
 
 
 def test_memory_plan_cli_reads_budgets_like_the_library(tmp_path):
@@ -80,7 +82,7 @@ def test_memory_plan_cli_reads_budgets_like_the_library(tmp_path):
     path = tmp_path / "g.json"
     save_taskgraph(g, path)
     peak = simulate(g, best_order(g, 1.0)).peak
-    for budget, expected in (("0.9", int(0.9 * peak)), ("1", peak), (str(peak), peak)):
+    for budget, expected in (("0.9", int(0.9 * peak)), ("1.0", peak), (str(peak), peak)):
         r = CliRunner().invoke(main, ["memory", "plan", str(path), "--budget", budget,
                                       "--offload-bandwidth", "1000", "--json"])
         assert r.exit_code == 0, r.output

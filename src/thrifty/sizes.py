@@ -13,12 +13,14 @@ lost. A bare prefix (``k``, ``M``, ``G`` ...) is refused as ambiguous (1000 or 1
 write ``kB`` or ``KiB``. A size with a unit may have a fraction (``1.5kB`` is 1500 bytes);
 the result is rounded down to whole bytes.
 
-**Budgets** are a byte size, or a *fraction*: a plain number ``x`` with ``0 < x <= 1``
-(``0.7``, ``1``) means that fraction of the peak of the best schedule found (the least
+**Budgets** are a byte size, or a *fraction*: a non-integer number ``x`` with
+``0 < x <= 1``, written with a decimal point or an exponent (``0.7``, ``1.0``, ``5e-1``;
+a Python ``float``), means that fraction of the peak of the best schedule found (the least
 peak without recomputation or offloading, as :func:`thrifty.memory.schedule` finds it).
-A plain number above 1 must be whole bytes: ``1.5`` is refused rather than read as one
+An integer (``1``, ``4096``; a Python ``int``) is always whole bytes. Any other plain
+number is refused: ``1.5`` is neither a fraction nor whole bytes, and is never read as one
 byte. The same rule holds for Python numbers (``plan(g, 0.7)``, ``plan(g, 10**9)``) and
-the command line (``--budget 0.7``, ``--budget 2GB``).
+the command line (``--budget 0.7``, ``--budget 1.0``, ``--budget 2GB``).
 """
 
 from __future__ import annotations
@@ -81,14 +83,15 @@ def parse_bytes(value: int | float | str, what: str = "size") -> int:
 
 
 def is_fraction(value: object) -> bool:
-    """Whether ``value`` is a budget given as a fraction (a plain number in (0, 1])."""
-    if isinstance(value, bool):
-        return False
-    if isinstance(value, int | float):
+    """Whether ``value`` is a budget given as a fraction: a float, or a plain number written
+    with a decimal point or an exponent, in (0, 1]. Integers are bytes."""
+    if isinstance(value, float):
         return 0 < value <= 1
     if isinstance(value, str):
         m = _SIZE_RE.match(value)
-        return bool(m) and not m.group(2) and 0 < float(m.group(1)) <= 1  # type: ignore[union-attr]
+        if not m or m.group(2) or m.group(1).isdigit():
+            return False
+        return 0 < float(m.group(1)) <= 1
     return False
 
 
@@ -101,8 +104,8 @@ def parse_budget(value: int | float | str, peak: int | None = None) -> int:
     -------
     >>> parse_budget("64MiB"), parse_budget("2GB"), parse_budget("0.5", peak=1000)
     (67108864, 2000000000, 500)
-    >>> parse_budget(1, peak=1000), parse_budget(123456)
-    (1000, 123456)
+    >>> parse_budget(1.0, peak=1000), parse_budget("1.0", peak=1000), parse_budget(1)
+    (1000, 1000, 1)
     """
     if is_fraction(value):
         if peak is None:

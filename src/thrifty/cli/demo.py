@@ -5,7 +5,7 @@ A two-layer GCN and a masked-attention block are written as dense specs. The dem
 1. runs them with the dense reference executor (numpy), then specializes them to the
    graph's sparsity (sparse engine) and runs the specialized plans;
 2. specializes both blocks as one program, plans its TaskGraph under a memory budget
-   (``--budget``: a fraction in (0, 1] of the best schedule's peak, default 1, or bytes;
+   (``--budget``: a fraction in (0, 1] of the best schedule's peak, default 1.0, or bytes;
    offload to host memory allowed; a second, tight run at 85% of that peak) and executes
    it following that plan, measuring the real peak of resident bytes;
 3. runs the GCN's specialized plan with bf16 inputs and fp32 accumulation, every kernel
@@ -353,7 +353,7 @@ def print_summary(f: dict[str, Any]) -> None:
 @click.option("--scale", default=12, show_default=True,
               help="Generated R-MAT graph of 2**scale vertices.")
 @click.option("--seed", default=0, show_default=True)
-@click.option("--budget", default="1", show_default=True,
+@click.option("--budget", default="1.0", show_default=True,
               help="Memory budget: a fraction in (0, 1] of the best schedule's peak, or "
                    "bytes (8MB, 16MiB); see the README's option table.")
 @click.option("--offload-bandwidth", "bandwidth", type=float, default=None,
