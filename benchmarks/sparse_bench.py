@@ -245,8 +245,8 @@ def _cases(kernels: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
 def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
                threads: int, triad: Callable[[], None]) -> dict[str, Any] | None:
     """One row: the plan, its peers (and the triad for SpMV/SpMM) in shuffled rounds."""
-    from thrifty.sparse.cost import CostModel
     from thrifty.runtime.sparse_run import specialize
+    from thrifty.sparse.cost import CostModel
 
     inp = make_inputs(kernel, A, np.random.default_rng(0), k)
     if kernel == "masked-spgemm" and _spgemm_work(inp["L"]) > 2e9:

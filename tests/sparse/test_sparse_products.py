@@ -9,8 +9,8 @@ import pytest
 import scipy.sparse as sp
 
 import thrifty as th
-from thrifty.sparse.cost import CostModel
 from thrifty.runtime.sparse_run import specialize
+from thrifty.sparse.cost import CostModel
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)  # row panels, threads
 DTYPES = ["float32", "float64", "complex128"]

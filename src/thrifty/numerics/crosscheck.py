@@ -221,6 +221,7 @@ def mmasim_available() -> str | None:
     """``None`` when MMA-Sim can run here, else the reason it cannot."""
     try:
         import mmasim  # noqa: F401
+
         import torch  # noqa: F401
     except ImportError as e:
         return f"mmasim is not installed ({e}); pip install 'thrifty[bench]'"
@@ -245,8 +246,9 @@ def run_mmasim(cfg: Config, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.n
     reason = mmasim_available()
     if reason is not None:
         raise FormatError(reason)
-    import torch
     from mmasim import amd, nv_ptx
+
+    import torch
     cls = getattr(nv_ptx if cfg.sim != "MFMA" else amd, cfg.sim)
     op = cls(cfg.sim_arch, cfg.shape)
     fin, fout = get_format(cfg.input), get_format(cfg.output)
@@ -365,9 +367,9 @@ def run_mmasim_scaled(cfg: ScaledConfig, a: np.ndarray, b: np.ndarray, c: np.nda
     reason = mmasim_available()
     if reason is not None:
         raise FormatError(reason)
-    import torch
     from mmasim.nv_ptx import TCGen05MMABlockScale
 
+    import torch
     from thrifty.numerics.rounding import encode
     op = TCGen05MMABlockScale("Blackwell", cfg.shape)
     fin = get_format(cfg.input)
