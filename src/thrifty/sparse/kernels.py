@@ -37,13 +37,30 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
+from thrifty.errors import PatternError
+
 __all__ = [
     "spmm_rows", "spmv_rows", "sddmm_rows", "masked_spgemm_rows", "masked_dot_rows",
     "masked_softmax_rows",
-    "panel_gemm", "csr_from_parts", "same_values", "BufferPool",
+    "panel_gemm", "csr_from_parts", "same_values", "BufferPool", "check_indices",
 ]
 
 _jit = numba.njit(nogil=True, cache=True, fastmath=False)
+
+
+@_jit
+def _bad_row(indptr, indices, n_cols, i):  # pragma: no cover - compiled
+    # whether row i's index pointers or column indices lie outside the arrays: one
+    # comparison per stored entry (unsigned, so a negative index is out of range too), in
+    # the kernel's own pass, so that an index array changed after inspection is an error
+    # and never an out-of-bounds read
+    p, hi = indptr[i], indptr[i + 1]
+    if p < 0 or hi < p or hi > indices.shape[0]:
+        return True
+    for q in range(p, hi):
+        if np.uint64(indices[q]) >= np.uint64(n_cols):
+            return True
+    return False
 
 
 @_jit
@@ -51,8 +68,12 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
     # from 32 columns on, two nonzeros per pass over the output row: half the loads and
     # stores of the row (it stays in L1, but those were the loop's bottleneck: 10-40% less
     # CPU time on k = 64 and 256 here; below 32 columns no gain was measured)
+    # returns -1, or the first row whose indices are out of range (nothing read there)
     k = X.shape[1]
+    n_cols = X.shape[0]
     for i in range(r0, r1):
+        if _bad_row(indptr, indices, n_cols, i):
+            return i
         o = out[i - r0]
         for c in range(k):
             o[c] = 0
@@ -70,6 +91,7 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
             for c in range(k):
                 o[c] += a * x[c]
             p += 1
+    return -1
 
 
 @_jit
@@ -91,12 +113,34 @@ def _same(a, b):  # pragma: no cover - compiled
 
 @_jit
 def _spmv(indptr, indices, data, x, out, r0, r1):  # pragma: no cover - compiled
+    # returns -1, or the first row whose indices are out of range (nothing read there)
+    n_cols = x.shape[0]
     for i in range(r0, r1):
+        if _bad_row(indptr, indices, n_cols, i):
+            return i
         out[i - r0] = 0
         s = out[i - r0]
         for p in range(indptr[i], indptr[i + 1]):
             s += data[p] * x[indices[p]]
         out[i - r0] = s
+    return -1
+
+
+@_jit
+def _indices_in_range(indptr, indices, n_cols, r0, r1):  # pragma: no cover - compiled
+    # rows r0..r1's index pointers non-decreasing within the index array, and their column
+    # indices in 0..n_cols-1: chunks of an OR of unsigned comparisons, which LLVM vectorises
+    # (a pass at memory speed over 4 or 8 bytes per stored entry)
+    n_ind = np.uint64(indices.shape[0])
+    bad = False
+    for i in range(np.uint64(r0), np.uint64(r1)):
+        bad |= np.uint64(indptr[i + 1]) < np.uint64(indptr[i])
+    if bad or np.uint64(indptr[r1]) > n_ind or indptr[r0] < 0:
+        return False
+    n = np.uint64(n_cols)
+    for q in range(np.uint64(indptr[r0]), np.uint64(indptr[r1])):
+        bad |= np.uint64(indices[q]) >= n
+    return not bad
 
 
 @_jit
@@ -182,9 +226,11 @@ def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.n
               out: np.ndarray, r0: int, r1: int) -> None:
     """``out[:] = A[r0:r1] @ X`` for a CSR matrix ``A`` and a dense 2-D ``X``.
 
-    ``out`` has ``r1 - r0`` rows. Example: see the module docstring.
+    ``out`` has ``r1 - r0`` rows. Raises :class:`~thrifty.errors.PatternError` when a row's
+    index pointers or column indices lie outside the arrays (checked in the same pass).
+    Example: see the module docstring.
     """
-    _spmm(indptr, indices, data, X, out, r0, r1)
+    _raise_bad_row(_spmm(indptr, indices, data, X, out, r0, r1), X.shape[0])
 
 
 def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
@@ -197,7 +243,28 @@ def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.n
     >>> spmv_rows(A.indptr, A.indices, A.data, np.arange(3.0), out, 0, 3); out.tolist()
     [0.0, 1.0, 2.0]
     """
-    _spmv(indptr, indices, data, x, out, r0, r1)
+    _raise_bad_row(_spmv(indptr, indices, data, x, out, r0, r1), x.shape[0])
+
+
+def check_indices(indptr: np.ndarray, indices: np.ndarray, n_cols: int, r0: int,
+                  r1: int) -> None:
+    """Raise :class:`~thrifty.errors.PatternError` unless rows ``[r0, r1)`` of a CSR
+    matrix have index pointers within its index array and column indices in
+    ``0..n_cols-1``: what a kernel without its own checks (scipy's ``csr_matvec``) needs
+    before it reads a matrix whose index arrays may have changed since inspection."""
+    if not _indices_in_range(indptr, indices, n_cols, r0, r1):
+        raise PatternError(f"rows {r0}..{r1 - 1} of the sparse operand have index pointers "
+                           f"or column indices outside 0..{n_cols - 1} (or beyond its index "
+                           "array): its index arrays were changed after the plan inspected "
+                           "them, or are malformed; specialize again for the new pattern")
+
+
+def _raise_bad_row(row: int, n_cols: int) -> None:
+    if row >= 0:
+        raise PatternError(f"row {row} of the sparse operand has index pointers or column "
+                           f"indices outside 0..{n_cols - 1} (or beyond its index array): "
+                           "its index arrays were changed after the plan inspected them, "
+                           "or are malformed; specialize again for the new pattern")
 
 
 def sddmm_rows(indptr: np.ndarray, indices: np.ndarray, X: np.ndarray, Yt: np.ndarray,

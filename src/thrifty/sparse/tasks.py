@@ -102,6 +102,9 @@ class SpmvPanel:
         x = np.asarray(x)
         o = out[r0:r1]
         if _matvec_ok(A, x, self.dtype):
+            # scipy's kernel reads without checks: the index arrays may have changed since
+            # inspection (a PatternError, never an out-of-bounds read)
+            K.check_indices(A.indptr, A.indices, A.shape[1], r0, r1)
             o.fill(0)  # csr_matvec accumulates into its output
             _st.csr_matvec(r1 - r0, A.shape[1], A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
             return o
@@ -128,11 +131,15 @@ class SpmvWhole:
         if type(x) is np.ndarray and x.dtype == dt and A.data.dtype == dt and x.ndim == 1 \
                 and A.indptr.dtype == A.indices.dtype:
             n, m = A.shape
+            # scipy's kernel reads without checks: the index arrays may have changed since
+            # inspection (a PatternError, never an out-of-bounds read)
+            K.check_indices(A.indptr, A.indices, m, 0, n)
             out = np.zeros(n, dtype=dt)
             _st.csr_matvec(n, m, A.indptr, A.indices, A.data, x, out)
             return out
         x = np.asarray(x)
         if _matvec_ok(A, x, self.dtype):
+            K.check_indices(A.indptr, A.indices, A.shape[1], 0, A.shape[0])
             out = np.zeros(A.shape[0], dtype=self.dtype)
             _st.csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, out)
             return out
