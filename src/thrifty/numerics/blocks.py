@@ -199,43 +199,21 @@ def block_quantize(x: object, element: str | Format, *, block_size: int = 32, ax
     array([0., 1., 2., 3., 4., 5., 6., 7.])
     """
     elem, sfmt = get_format(element), get_format(scale_format)
-    if not isinstance(block_size, int | np.integer) or block_size < 1:
-        raise FormatError(f"block_size must be a positive integer, got {block_size!r}")
-    if scale_rule not in SCALE_RULES:
-        raise FormatError(f"unknown scale rule {scale_rule!r}; valid: {', '.join(SCALE_RULES)}")
-    if rounding in ("stochastic", "stochastic_odd", "stochastic_fastest"):
-        raise FormatError("block quantization takes a deterministic rounding; "
-                          f"got {rounding!r}")
+    _check_block_arguments(block_size, scale_rule, rounding)
     a = _as_float64(x)
     if a.ndim == 0:
         a = a.reshape(1)
     if not -a.ndim <= axis < a.ndim:
         raise FormatError(f"axis {axis} is out of range for an array of {a.ndim} dimensions")
     axis = axis % a.ndim
-    ts = 1.0
-    if tensor_scale is not None:
-        if not (math.isfinite(tensor_scale) and tensor_scale > 0):
-            raise FormatError(f"tensor_scale must be finite and positive, got {tensor_scale}")
-        ts = float(tensor_scale)
+    ts = _tensor_scale_value(tensor_scale)
     blocks, n = _blocked(a, axis, int(block_size))
     bad = ~np.isfinite(blocks).all(axis=-1)
     if bad.any() and not sfmt.has_nan:
         raise FormatError(f"the input holds NaN or infinity, and the scale format "
                           f"{sfmt.name} has no NaN to mark such blocks")
     clean = np.where(np.isfinite(blocks), blocks, 0.0)
-    amax_raw = np.abs(clean).max(axis=-1)
-    amax = amax_raw / ts
-    if scale_rule in _POW2_RULES:
-        lo = math.frexp(sfmt.smallest_positive)[1] - 1
-        if sfmt.smallest_positive != math.ldexp(1.0, lo) or not sfmt.emax >= lo:
-            raise FormatError(f"scale format {sfmt.name} cannot hold the power-of-two scales "
-                              f"of rule {scale_rule!r}")
-        exps = np.clip(_pow2_exponents(amax, elem, scale_rule), lo, sfmt.emax)
-        exps = np.where(amax > 0, exps, lo)
-        scales = np.ldexp(1.0, exps.astype(np.int32))
-    else:
-        scales = _round_scale(amax_raw / (elem.max_finite * ts), sfmt)
-    scales = np.where(bad, np.nan, scales)
+    scales = np.where(bad, np.nan, _block_scales(clean, ts, elem, sfmt, scale_rule))
     ok = (scales > 0) & ~bad
     unit = np.where(ok, scales * ts, 1.0)[..., None]      # exact: short significands
     scaled = np.where(ok[..., None], clean / unit, 0.0)
@@ -245,6 +223,42 @@ def block_quantize(x: object, element: str | Format, *, block_size: int = 32, ax
                       scale_codes=np.moveaxis(encode(scales, sfmt), -1, axis),
                       element_format=elem, scale_format=sfmt, block_size=int(block_size),
                       axis=axis, scale_rule=scale_rule, tensor_scale=tensor_scale)
+
+
+def _check_block_arguments(block_size: object, scale_rule: str, rounding: str) -> None:
+    """Refuse a block size, scale rule or rounding that block quantization does not take."""
+    if not isinstance(block_size, int | np.integer) or block_size < 1:
+        raise FormatError(f"block_size must be a positive integer, got {block_size!r}")
+    if scale_rule not in SCALE_RULES:
+        raise FormatError(f"unknown scale rule {scale_rule!r}; valid: {', '.join(SCALE_RULES)}")
+    if rounding in ("stochastic", "stochastic_odd", "stochastic_fastest"):
+        raise FormatError("block quantization takes a deterministic rounding; "
+                          f"got {rounding!r}")
+
+
+def _tensor_scale_value(tensor_scale: float | None) -> float:
+    """The per-tensor divisor: ``tensor_scale``, checked finite and positive, or 1."""
+    if tensor_scale is None:
+        return 1.0
+    if not (math.isfinite(tensor_scale) and tensor_scale > 0):
+        raise FormatError(f"tensor_scale must be finite and positive, got {tensor_scale}")
+    return float(tensor_scale)
+
+
+def _block_scales(clean: np.ndarray, ts: float, elem: Format, sfmt: Format,
+                  scale_rule: str) -> np.ndarray:
+    """Each block's scale, from the largest magnitude of its finite entries ``clean``."""
+    amax_raw = np.abs(clean).max(axis=-1)
+    amax = amax_raw / ts
+    if scale_rule in _POW2_RULES:
+        lo = math.frexp(sfmt.smallest_positive)[1] - 1
+        if sfmt.smallest_positive != math.ldexp(1.0, lo) or not sfmt.emax >= lo:
+            raise FormatError(f"scale format {sfmt.name} cannot hold the power-of-two scales "
+                              f"of rule {scale_rule!r}")
+        exps = np.clip(_pow2_exponents(amax, elem, scale_rule), lo, sfmt.emax)
+        exps = np.where(amax > 0, exps, lo)
+        return np.ldexp(1.0, exps.astype(np.int32))
+    return _round_scale(amax_raw / (elem.max_finite * ts), sfmt)
 
 
 def _round_scale(values: np.ndarray, fmt: Format) -> np.ndarray:

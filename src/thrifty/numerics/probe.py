@@ -123,61 +123,92 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     if P.span < 12:
         raise FormatError(f"{fin.name} -> {fout.name}: products span only 2^{P.span}; the "
                           "probe needs at least 2^12")
-    B, g = P.B, P.span
-    params: dict[str, object] = {}
-    ev: dict[str, str] = {}
-    unobservable: list[str] = []
-    big, tiny = (1.0, B), (1.0, B - g)
-    neg = (-1.0, B)
-    x_tiny = math.ldexp(1.0, B - g)
+    found = _Findings()
+    windowed, same = _probe_structure(P, found)
+    F = _probe_window(P, same, found) if windowed else None
+    found.params["align_bits"] = None if F is None else F - 23
+    found.evidence.setdefault("window", "exact: nothing below the largest term is lost")
+    fma = _probe_group_size(P, windowed, same, found)
+    _probe_addend(P, F, same, found)
+    peff, k1 = _probe_normaliser_and_rounding(P, F, fma, same, found)
+    _probe_subnormals(P, found)
+    _probe_products_and_carries(P, F, fma, peff, k1, found)
+    return ProbeResult(fin.name, fout.name, found.params, found.evidence, P.calls,
+                       tuple(found.unobservable))
 
-    # 1. structure: big - big + tiny; the tiny survives where big and -big cancel in a
-    # sub-step of their own: (0,1,2) for halves in pairs (j mod 4 < 2 first), (0,2,1) for
-    # odd/even halves, neither in one aligned window, both when the sum is exact
-    # ((0,4,2) tells pairs from a chain of 1- or 2-term exact steps, where (0,1,2) too
-    # keeps the tiny)
+
+@dataclass(slots=True)
+class _Findings:
+    """What the feature tests found so far: parameters, the evidence, the unobservable."""
+
+    params: dict[str, object] = field(default_factory=dict)
+    evidence: dict[str, str] = field(default_factory=dict)
+    unobservable: list[str] = field(default_factory=list)
+
+
+def _probe_structure(P: _Prober, found: _Findings) -> tuple[bool, list[int]]:
+    """Test 1, group structure: ``(windowed, positions in the sub-step of position 0)``.
+
+    big - big + tiny; the tiny survives where big and -big cancel in a sub-step of their
+    own: (0,1,2) for halves in pairs (j mod 4 < 2 first), (0,2,1) for odd/even halves,
+    neither in one aligned window, both when the sum is exact ((0,4,2) tells pairs from a
+    chain of 1- or 2-term exact steps, where (0,1,2) too keeps the tiny).
+    """
+    B, g, k = P.B, P.span, P.k
+    big, tiny, neg = (1.0, B), (1.0, B - g), (-1.0, B)
+    x_tiny = math.ldexp(1.0, B - g)
     t1, t2, t3 = P.run([P.case({0: big, 1: neg, 2: tiny}), P.case({0: big, 2: neg, 1: tiny}),
                         P.case({0: big, 4: neg, 2: tiny})])
     pairs = t1 == x_tiny and t2 != x_tiny and t3 == x_tiny
     windowed = t1 != x_tiny or pairs
     pattern = "pairs" if pairs else ("odd_even" if windowed and t2 == x_tiny else None)
     interleave = pattern is not None
-    ev["structure"] = (f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1), "
-                       f"{t3!r} at (0,4,2) -> "
-                       + ("exact accumulation" if not windowed else
-                          f"interleaved sub-steps ({pattern})" if interleave
-                          else "one aligned window"))
-    params["interleave"] = interleave
-    params["interleave_pattern"] = pattern
-    # positions in the sub-step of position 0
+    found.evidence["structure"] = (
+        f"big-big+2^-{g}*big: {t1!r} at (0,1,2), {t2!r} at (0,2,1), {t3!r} at (0,4,2) -> "
+        + ("exact accumulation" if not windowed else
+           f"interleaved sub-steps ({pattern})" if interleave else "one aligned window"))
+    found.params["interleave"] = interleave
+    found.params["interleave_pattern"] = pattern
     same = [j for j in range(k) if pattern is None or (
         j % 2 == 0 if pattern == "odd_even" else j % 4 < 2)]
+    return windowed, same
+
+
+def _probe_window(P: _Prober, same: list[int], found: _Findings) -> int:
+    """Tests 2 and 3 (windowed units): the alignment window ``F`` and shifted-out bits.
+
+    ``F`` follows from the largest t with big - big + 2^-t big exact, the treatment of
+    shifted-out bits from 2^-t two positions beyond the window.
+    """
+    B, g = P.B, P.span
+    big, neg = (1.0, B), (-1.0, B)
     trip = tuple(same[:3])
+    ts = list(range(1, g + 1))
+    r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - t)}) for t in ts])
+    ok = [t for t, v in zip(ts, r) if v == math.ldexp(1.0, B - t)]
+    Fm = max((t for t in ok if all(u in ok for u in range(1, t + 1))), default=0)
+    tf = min(Fm + 3, g)
+    pos_r, neg_r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - tf)}),
+                          P.case({trip[0]: big, trip[1]: neg, trip[2]: (-1.0, B - tf)})])
+    if pos_r > 0:
+        mode, F = "sticky", Fm - 1
+    elif neg_r < 0:
+        mode, F = "round_down", Fm
+    else:
+        mode, F = "truncate", Fm
+    found.params["shifted_out"] = mode
+    found.evidence["window"] = (f"2^-t kept below the largest term up to t={Fm}; 2^-{tf}: "
+                                f"+ gives {pos_r!r}, - gives {neg_r!r} -> F={F}, {mode}")
+    return F
 
-    # 2. alignment window F: largest t with big - big + 2^-t big exact
-    F: int | None = None
-    if windowed:
-        ts = list(range(1, g + 1))
-        r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - t)}) for t in ts])
-        ok = [t for t, v in zip(ts, r) if v == math.ldexp(1.0, B - t)]
-        Fm = max((t for t in ok if all(u in ok for u in range(1, t + 1))), default=0)
-        # 3. shifted-out bits, two positions beyond the window
-        tf = min(Fm + 3, g)
-        pos_r, neg_r = P.run([P.case({trip[0]: big, trip[1]: neg, trip[2]: (1.0, B - tf)}),
-                              P.case({trip[0]: big, trip[1]: neg, trip[2]: (-1.0, B - tf)})])
-        if pos_r > 0:
-            mode, F = "sticky", Fm - 1
-        elif neg_r < 0:
-            mode, F = "round_down", Fm
-        else:
-            mode, F = "truncate", Fm
-        params["shifted_out"] = mode
-        ev["window"] = (f"2^-t kept below the largest term up to t={Fm}; 2^-{tf}: "
-                        f"+ gives {pos_r!r}, - gives {neg_r!r} -> F={F}, {mode}")
-    params["align_bits"] = None if F is None else F - 23
-    ev.setdefault("window", "exact: nothing below the largest term is lost")
 
-    # 4. group size
+def _probe_group_size(P: _Prober, windowed: bool, same: list[int],
+                      found: _Findings) -> int | None:
+    """Test 4, the group size: products per fused step (``None`` if above ``k - 1``)."""
+    B, g, k, fout = P.B, P.span, P.k, P.fout
+    big, tiny, neg = (1.0, B), (1.0, B - g), (-1.0, B)
+    x_tiny = math.ldexp(1.0, B - g)
+    trip = tuple(same[:3])
     if windowed:
         js = [j for j in same if j > trip[1]]
         first = {0: big, trip[1]: neg}
@@ -190,55 +221,75 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
             cases.append((j, P.case(terms)))
         r = P.run([c for _, c in cases])
         fma = next((j for (j, _), v in zip(cases, r) if v == x_tiny), None)
-        ev["fma"] = f"tiny after big-big survives first at position {fma}"
+        found.evidence["fma"] = f"tiny after big-big survives first at position {fma}"
     else:
         big_c = math.ldexp(1.0, min(B, fout.emax - 1))
-        cases = [P.case({0: (1.0, B - g), j: (-1.0, int(math.log2(big_c)))}, c=big_c)
-                 for j in range(1, k)]
-        r = P.run(cases)
+        r = P.run([P.case({0: (1.0, B - g), j: (-1.0, int(math.log2(big_c)))}, c=big_c)
+                   for j in range(1, k)])
         fma = next((j for j, v in zip(range(1, k), r) if v != x_tiny), None)
-        ev["fma"] = f"c + tiny - c stays exact while -c is within the first {fma} products"
-    params["fma"] = fma
+        found.evidence["fma"] = (f"c + tiny - c stays exact while -c is within the first "
+                                 f"{fma} products")
+    found.params["fma"] = fma
+    return fma
 
-    # 5. c placement (windowed units only): in the window, after the products' window
-    # (late), or added last to the rounded products (2^e + 2^(e-p) rounds to 2^e first)
+
+def _probe_addend(P: _Prober, F: int | None, same: list[int], found: _Findings) -> None:
+    """Test 5, ``c`` placement (windowed units only).
+
+    ``c`` lies in the window, after the products' window (late), or is added last to the
+    rounded products (2^e + 2^(e-p) rounds to 2^e first).
+    """
+    B, g, fout = P.B, P.span, P.fout
+    params, ev = found.params, found.evidence
+    big, neg = (1.0, B), (-1.0, B)
+    trip = tuple(same[:3])
     pout = fout.precision
     bb = min(B, fout.emax - 3)
     params["addend_last"] = False
-    if F is not None:
-        xc = math.ldexp(1.0, B - min(F + 3, g))
-        r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
-        late = r_late == xc
-        ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
-        if late and F >= pout and bb - pout >= P.lo:
-            r_al, = P.run([P.case({trip[0]: (1.0, bb), trip[1]: (1.0, bb - pout)},
-                                  c=math.ldexp(1.0, bb - pout))])
-            params["addend_last"] = bool(r_al == math.ldexp(1.0, bb))
-            ev["c"] += f"; 2^{bb} + 2^{bb - pout} + c=2^{bb - pout}: {r_al!r}"
-        elif late:
-            params["addend_last"] = None
-            unobservable.append("addend_last")
-        late = late and not params["addend_last"]
-        params["c_in_alignment"] = not late
-        if late:
-            bc = min(B, fout.emax - 1)
-            et = max(bc - F - 3, P.lo)
-            if et < bc - F:
-                r_rd, = P.run([P.case({trip[0]: (-1.0, et)}, c=math.ldexp(1.0, bc))])
-                params["late_shifted_out"] = "round_down" if r_rd < math.ldexp(1.0, bc) \
-                    else "truncate"
-                ev["late"] = f"2^{bc} - 2^{et}: {r_rd!r}"
-            else:
-                params["late_shifted_out"] = None
-                ev["late"] = "products cannot reach below the late window"
-    else:
+    if F is None:
         params["c_in_alignment"] = True
+        return
+    xc = math.ldexp(1.0, B - min(F + 3, g))
+    r_late, = P.run([P.case({trip[0]: big, trip[1]: neg}, c=xc)])
+    late = r_late == xc
+    ev["c"] = f"c=2^{B - min(F + 3, g)} with big-big: {r_late!r}"
+    if late and F >= pout and bb - pout >= P.lo:
+        r_al, = P.run([P.case({trip[0]: (1.0, bb), trip[1]: (1.0, bb - pout)},
+                              c=math.ldexp(1.0, bb - pout))])
+        params["addend_last"] = bool(r_al == math.ldexp(1.0, bb))
+        ev["c"] += f"; 2^{bb} + 2^{bb - pout} + c=2^{bb - pout}: {r_al!r}"
+    elif late:
+        params["addend_last"] = None
+        found.unobservable.append("addend_last")
+    late = late and not params["addend_last"]
+    params["c_in_alignment"] = not late
+    if late:
+        bc = min(B, fout.emax - 1)
+        et = max(bc - F - 3, P.lo)
+        if et < bc - F:
+            r_rd, = P.run([P.case({trip[0]: (-1.0, et)}, c=math.ldexp(1.0, bc))])
+            params["late_shifted_out"] = "round_down" if r_rd < math.ldexp(1.0, bc) \
+                else "truncate"
+            ev["late"] = f"2^{bc} - 2^{et}: {r_rd!r}"
+        else:
+            params["late_shifted_out"] = None
+            ev["late"] = "products cannot reach below the late window"
 
-    # 6. normaliser width, 7. final rounding
+
+def _probe_normaliser_and_rounding(P: _Prober, F: int | None, fma: int | None,
+                                   same: list[int], found: _Findings) -> tuple[int, int]:
+    """Tests 6 and 7: the normaliser width and the final rounding.
+
+    Returns the effective precision of the result and the case length of one step.
+    """
+    B, k, fout = P.B, P.k, P.fout
+    params, ev = found.params, found.evidence
+    pout = fout.precision
+    bb = min(B, fout.emax - 3)
     qmax_lim = min(pout - 1, (F + 1) if F is not None else pout - 1)
     spots = tuple(same[:4])
     qs = list(range(1, qmax_lim + 1))
-    k1 = max(fma or k, 4 if not interleave else 8)
+    k1 = max(fma or k, 4 if not params["interleave"] else 8)
     r = P.run([P.case({spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q)},
                       k=k1) for q in qs])
     exact_q = [q for q, v in zip(qs, r) if v == math.ldexp(1.0, bb + 1) + math.ldexp(1.0,
@@ -252,7 +303,7 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     if F is not None and q > F:
         # the window cannot hold the tie bit: the final rounding never sees extra bits
         params["rounding"] = None
-        unobservable.append("rounding")
+        found.unobservable.append("rounding")
         ev["rounding"] = f"unobservable: the {F}-bit window is narrower than p={peff}"
     else:
         tie = {spots[0]: (1.0, bb), spots[1]: (1.0, bb), spots[2]: (1.0, bb + 1 - q),
@@ -261,8 +312,12 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
         lower = math.ldexp(1.0, bb + 1) + math.ldexp(1.0, bb + 1 - q)
         params["rounding"] = "nearest_even" if r_tie > lower else "toward_zero"
         ev["rounding"] = f"tie above an odd last bit at p={peff}: {r_tie!r} (lower {lower!r})"
+    return peff, k1
 
-    # 8. subnormals in / out
+
+def _probe_subnormals(P: _Prober, found: _Findings) -> None:
+    """Test 8: subnormal inputs and outputs (``None`` where the formats cannot show it)."""
+    fin, fout, k = P.fin, P.fout, P.k
     sub_in = None
     if fin.smallest_subnormal is not None:
         s = fin.smallest_subnormal
@@ -274,17 +329,22 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
             a[0], b[0] = s, bmax
             r_in, = P.run([(a, b, 0.0)])
             sub_in = bool(r_in == want)
-            ev["subnormals_in"] = f"{s!r} * {bmax!r} -> {r_in!r}"
-    params["subnormals_in"] = sub_in
+            found.evidence["subnormals_in"] = f"{s!r} * {bmax!r} -> {r_in!r}"
+    found.params["subnormals_in"] = sub_in
     sub_out = None
     e_sub = fout.emin - 1
     if 2 * fin.emin <= e_sub:
         r_out, = P.run([P.case({0: (1.0, e_sub)})])
         sub_out = bool(r_out == math.ldexp(1.0, e_sub))
-        ev["subnormals_out"] = f"2^{e_sub} -> {r_out!r}"
-    params["subnormals_out"] = sub_out
+        found.evidence["subnormals_out"] = f"2^{e_sub} -> {r_out!r}"
+    found.params["subnormals_out"] = sub_out
 
-    # 9. exact products, 10. carries
+
+def _probe_products_and_carries(P: _Prober, F: int | None, fma: int | None, peff: int,
+                                k1: int, found: _Findings) -> None:
+    """Tests 9 and 10: exact products and carry bits."""
+    B, k, fin, fout = P.B, P.k, P.fin, P.fout
+    params, ev = found.params, found.evidence
     p = fin.precision
     if 2 * p - 1 <= min(peff, (F + 1) if F is not None else peff):
         v = 1 + math.ldexp(1.0, 1 - p)
@@ -307,7 +367,6 @@ def probe(f: BlackBox, input: str, output: str, *, k: int = PROBE_K) -> ProbeRes
     total = n * (top * math.ldexp(1.0, bc)) ** 2
     params["carry_bits"] = None if abs(r_c - total) < total / 4 else 0
     ev["carry"] = f"{n} maximal products: {r_c!r} vs {total!r}"
-    return ProbeResult(fin.name, fout.name, params, ev, P.calls, tuple(unobservable))
 
 
 _COMPARED = ("fma", "align_bits", "shifted_out", "interleave", "interleave_pattern",

@@ -48,6 +48,8 @@ Open Scope R_scope.
 
 _RND = {"toward_zero": "Ztrunc", "nearest_even": "ZnearestE", "up": "Zceil",
         "down": "Zfloor"}
+#: Coq's integer rounding of a term's shifted-out bits, by ``UnitModel.shifted_out``.
+_SHIFTED = {"truncate": "Ztrunc", "round_down": "Zfloor", "sticky": "Ztrunc"}
 
 
 def _ident(name: str) -> str:
@@ -128,23 +130,34 @@ def export_unit(model: UnitModel, k: int = 64) -> str:
         For a model the exported step does not describe: halves in pairs, ``c`` added
         last, or zero terms in the alignment (``zero_exp``).
     """
+    _check_exportable(model)
+    fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
+                       get_format(model.output))
+    out = [_HEADER]
+    for nm in dict.fromkeys([fin.name, facc.name, fout.name]):
+        out.append(format_section(nm))
+    i, a, o = _ident(fin.name), _ident(facc.name), _ident(fout.name)
+    out.append(_unit_definitions(model, fin, fout, i, a))
+    out.append(_aligned_sum(model))
+    out.append(_step_and_dot(model, i, a, o))
+    out.append(_bound_lemma(model, k, i, o))
+    return "\n".join(out)
+
+
+def _check_exportable(model: UnitModel) -> None:
+    """Refuse a model whose step the export does not describe."""
     if (model.interleave and model.interleave_pattern != "odd_even") or model.addend_last \
             or model.zero_exp is not None:
         raise FormatError(f"unit {model.name!r} ({model.instruction or 'user model'}): the "
                           "Rocq export describes steps with odd/even halves, c in the "
                           "window and zero terms outside the alignment; this model has "
                           "pairs halves, c added last or zero_exp")
-    fin, facc, fout = (get_format(model.input), get_format(model.accumulator),
-                       get_format(model.output))
-    names = dict.fromkeys([fin.name, facc.name, fout.name])
-    out = [_HEADER]
-    for nm in names:
-        out.append(format_section(nm))
-    i, a, o = _ident(fin.name), _ident(facc.name), _ident(fout.name)
+
+
+def _unit_definitions(model: UnitModel, fin: Format, fout: Format, i: str, a: str) -> str:
+    """The unit's banner and the definitions of alignment: exponents, window, keep."""
     F = model.window_bits
-    rnd = _RND[model.rounding]
-    sh = {"truncate": "Ztrunc", "round_down": "Zfloor", "sticky": "Ztrunc"}
-    out.append(f"""(* ---- unit {model.name}: {fin.name} x {fin.name} + {fout.name} -> {fout.name};
+    return f"""(* ---- unit {model.name}: {fin.name} x {fin.name} + {fout.name} -> {fout.name};
    {model.fma} products per step; window {'exact' if F is None else f'F = {F} bits'};
    shifted-out bits {model.shifted_out}; c {'in the alignment' if model.c_in_alignment
                                            else 'added after the products'};
@@ -161,33 +174,42 @@ Definition top (c : R) (l : list (R * R)) : Z :=
 Definition window : Z := {_z(F if F is not None else 0)}.
 (* a term kept to multiples of 2^q: {model.shifted_out} *)
 Definition keep (q : Z) (x : R) : R :=
-  IZR ({sh[model.shifted_out]} (x * bpow radix2 (- q))) * bpow radix2 q.
+  IZR ({_SHIFTED[model.shifted_out]} (x * bpow radix2 (- q))) * bpow radix2 q.
 Definition exact_sum (c : R) (l : list (R * R)) : R :=
   fold_right (fun ab s => s + fst ab * snd ab) c l.
-""")
+"""
+
+
+def _aligned_sum(model: UnitModel) -> str:
+    """``aligned_sum``: exact, with ``c`` in the window, or with ``c`` after the products."""
+    F = model.window_bits
     if F is None:
-        out.append("Definition aligned_sum (c : R) (l : list (R * R)) : R := exact_sum c l.\n")
-    elif model.c_in_alignment:
-        out.append("""Definition aligned_sum (c : R) (l : list (R * R)) : R :=
+        return "Definition aligned_sum (c : R) (l : list (R * R)) : R := exact_sum c l.\n"
+    if model.c_in_alignment:
+        return """Definition aligned_sum (c : R) (l : list (R * R)) : R :=
   let q := (top c l - window)%Z in
   fold_right (fun ab s => s + keep q (fst ab * snd ab)) (keep q c) l.
-""")
-    else:
-        out.append(f"""Definition products_sum (l : list (R * R)) : R :=
+"""
+    return f"""Definition products_sum (l : list (R * R)) : R :=
   let q := (top 0 l - window)%Z in
   fold_right (fun ab s => s + keep q (fst ab * snd ab)) 0 l.
 Definition keep_late (q : Z) (x : R) : R :=
-  IZR ({sh[model.late_shifted_out]} (x * bpow radix2 (- q))) * bpow radix2 q.
+  IZR ({_SHIFTED[model.late_shifted_out]} (x * bpow radix2 (- q))) * bpow radix2 q.
 Definition aligned_sum (c : R) (l : list (R * R)) : R :=
   let p := products_sum l in
   let e := Z.max (if Req_EM_T p 0 then no_term else (mag radix2 p - 1)%Z)
                  (if Req_EM_T c 0 then no_term else acc_expo c) in
   keep_late (e - window)%Z p + keep_late (e - window)%Z c.
-""")
+"""
+
+
+def _step_and_dot(model: UnitModel, i: str, a: str, o: str) -> str:
+    """The normaliser, the fused step, the dot product over steps, and its magnitude."""
+    rnd = _RND[model.rounding]
     norm = ("(fun s => s)" if model.normalize_bits is None else
             f"(round radix2 (FLT_exp ({o}_emin + {o}_prec - {model.normalize_bits}) "
             f"{_z(model.normalize_bits)}) Ztrunc)")
-    out.append(f"""Definition normalise : R -> R := {norm}.
+    return f"""Definition normalise : R -> R := {norm}.
 (* one fused step: d = c + sum of the products of l (|l| <= {model.fma}) *)
 Definition step (c : R) (l : list (R * R)) : R :=
   round radix2 {o}_fexp {rnd} (normalise (aligned_sum c l)).
@@ -204,12 +226,16 @@ Definition magnitude (c : R) (blocks : list (list (R * R))) : R :=
   pad c ({a}_emin + {a}_prec - 1) + fold_right (fun b s => s + fold_right
     (fun ab t => t + pad (fst ab) ({i}_emin + {i}_prec - 1)
                      * pad (snd ab) ({i}_emin + {i}_prec - 1)) 0 b) 0 blocks.
-""")
+"""
+
+
+def _bound_lemma(model: UnitModel, k: int, i: str, o: str) -> str:
+    """The a priori bound of ``k``-long dot products as a lemma (``Admitted``)."""
     bnd = a_priori_bound(model, k)
     st = step_error_model(model)
     steps = -(-k // model.fma) * (2 if model.interleave else 1)
     per = -(-model.fma // 2) if model.interleave else model.fma
-    out.append(f"""(* a priori bound (thrifty.numerics.bounds.a_priori_bound), k = {k}:
+    return f"""(* a priori bound (thrifty.numerics.bounds.a_priori_bound), k = {k}:
    {bnd.detail}
    per step eps = {float(st.eps):.6g}, eta = {float(st.eta):.6g} *)
 Definition bound_rel : R := {_r_of_fraction(Fraction(bnd.relative))}.
@@ -222,8 +248,7 @@ Lemma dot_a_priori_bound :
     {o}_format c ->
     Rabs (dot c blocks - exact_dot c blocks) <= bound_rel * magnitude c blocks + bound_abs.
 Admitted.
-""")
-    return "\n".join(out)
+"""
 
 
 def check_with_coqc(text: str, coqc: str | None = None, timeout: float = 120.0

@@ -322,60 +322,60 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
     >>> r.within_bounds(), r.observed[0] > 0
     (True, True)
     """
-    from thrifty.numerics import round as fround
     from thrifty.numerics.bounds import propagate_bounds
 
     if plan is not None:
-        def sig(g: Graph) -> list[tuple[Any, ...]]:
-            return [(n.op, n.inputs, n.type, n.name) for n in g]
-
-        if plan.graph is not graph and sig(plan.graph) != sig(graph):
-            raise SpecError("the plan was specialized for another graph; pass the graph it "
-                            "was made from (plan.graph)")
-        if not plan.matches(inputs):
-            raise SpecError("the inputs do not have the patterns the plan was specialized "
-                            "for; specialize the graph for these inputs first")
-    kernels: Counter[str] = Counter()
+        _check_plan(plan, graph, inputs)
     fmts: dict[int | str, str] = {**default_formats(graph, unit), **(formats or {})}
-    fin = unit.model.input
+    values, errors, kernels = _run_on_unit(graph, inputs, unit, fmts, plan)
+    outs = tuple(np.asarray(values[o]) for o in graph.outputs)
+    ref = evaluate(graph, inputs)
+    observed = tuple(float(np.max(np.abs(o - r))) if o.size else 0.0
+                     for o, r in zip(outs, ref))
+    facts = propagate_bounds(graph, fmts, unit, ranges=_input_ranges(graph, inputs))
+    bounds = tuple(float(facts[o].value) for o in graph.outputs)
+    certified = tuple(float("inf") if errors[o] is None else
+                      (float(np.max(errors[o])) * (1 + 2.0**-50) if np.size(errors[o]) else 0.0)
+                      for o in graph.outputs)
+    return EmulatedRun(outs, ref, observed, bounds, certified, fmts, unit.model.name,
+                       dict(sorted(kernels.items())))
+
+
+def _check_plan(plan: Any, graph: Graph, inputs: Mapping[str, Any]) -> None:
+    """Refuse a plan made for another graph or for other input patterns."""
+    def sig(g: Graph) -> list[tuple[Any, ...]]:
+        return [(n.op, n.inputs, n.type, n.name) for n in g]
+
+    if plan.graph is not graph and sig(plan.graph) != sig(graph):
+        raise SpecError("the plan was specialized for another graph; pass the graph it "
+                        "was made from (plan.graph)")
+    if not plan.matches(inputs):
+        raise SpecError("the inputs do not have the patterns the plan was specialized "
+                        "for; specialize the graph for these inputs first")
+
+
+def _run_on_unit(graph: Graph, inputs: Mapping[str, Any], unit: Any,
+                 fmts: Mapping[int | str, str], plan: Any
+                 ) -> tuple[dict[int, Any], dict[int, Any], Counter[str]]:
+    """Every node's value in its format, its error bound, and the kernels that ran.
+
+    An error bound E satisfies E >= |computed - exact| entry by entry; ``None``: unknown.
+    """
+    from thrifty.numerics import round as fround
+
+    kernels: Counter[str] = Counter()
     values: dict[int, Any] = {}
-    errors: dict[int, Any] = {}  # E >= |computed - exact|, entry by entry; None: unknown
+    errors: dict[int, Any] = {}
     for node in graph:
         if node.op == "input":
             assert node.name is not None
-            raw = inputs[node.name]
-            if sp.issparse(raw):
-                if raw.shape != node.type.shape:
-                    raise SpecError(f"input {node.name!r} has shape {raw.shape}, but the graph "
-                                    f"was traced for shape {node.type.shape}")
-                exact = sp.csr_array(raw, dtype=np.float64, copy=True)
-                A = exact.copy()
-                A.data = fround(A.data, fmts[node.id], saturation="finite")
-                values[node.id] = A
-                errors[node.id] = _rounding_error(exact, A)
-            else:
-                x = np.asarray(dense_input(node.name, raw, node.type.shape, node.type.dtype),
-                               dtype=np.float64)
-                values[node.id] = fround(x, fmts[node.id], saturation="finite")
-                errors[node.id] = _rounding_error(x, values[node.id])
+            values[node.id], errors[node.id] = _round_input(node, inputs[node.name],
+                                                            fmts[node.id])
             continue
         args = [values[i] for i in node.inputs]
         errs = [errors[i] for i in node.inputs]
         if node.op == "matmul":
-            ops = [_round_operand(a, fin) for a in args]
-            lowered = None if plan is None else plan_product(unit, plan, node.id, *ops)
-            if lowered is not None:
-                res, ran = lowered
-                kernels.update(ran)
-            else:
-                res = _matmul(unit, ops[0], _dense_of(ops[1]))
-                kernels["spmm_csr" if sp.issparse(ops[0]) else "gemm"] += 1
-            if any(e is None for e in errs):
-                err = None
-            else:
-                ea = errs[0] + _rounding_error(args[0], ops[0])
-                eb = _dense_of(errs[1]) + _dense_of(_rounding_error(args[1], ops[1]))
-                err = _unit_product_bound(unit, ops[0], _dense_of(ops[1]), ea, eb)
+            res, err = _unit_matmul(unit, plan, node.id, args, errs, kernels)
         else:
             dense = [a.toarray() if sp.issparse(a) else a for a in args]
             with np.errstate(all="ignore"):
@@ -387,19 +387,54 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
         values[node.id] = fround(res, fmts[node.id], saturation="finite")
         errors[node.id] = None if err is None else \
             _dense_of(err) + _rounding_error(res, values[node.id])
-    outs = tuple(np.asarray(values[o]) for o in graph.outputs)
-    ref = evaluate(graph, inputs)
-    observed = tuple(float(np.max(np.abs(o - r))) if o.size else 0.0
-                     for o, r in zip(outs, ref))
+    return values, errors, kernels
+
+
+def _round_input(node: Any, raw: Any, fmt: str) -> tuple[Any, Any]:
+    """An input rounded to its format, and the rounding error, entry by entry."""
+    from thrifty.numerics import round as fround
+
+    if sp.issparse(raw):
+        if raw.shape != node.type.shape:
+            raise SpecError(f"input {node.name!r} has shape {raw.shape}, but the graph "
+                            f"was traced for shape {node.type.shape}")
+        exact = sp.csr_array(raw, dtype=np.float64, copy=True)
+        A = exact.copy()
+        A.data = fround(A.data, fmt, saturation="finite")
+        return A, _rounding_error(exact, A)
+    x = np.asarray(dense_input(node.name, raw, node.type.shape, node.type.dtype),
+                   dtype=np.float64)
+    rounded = fround(x, fmt, saturation="finite")
+    return rounded, _rounding_error(x, rounded)
+
+
+def _unit_matmul(unit: Any, plan: Any, node_id: int, args: list[Any], errs: list[Any],
+                 kernels: Counter[str]) -> tuple[Any, Any]:
+    """A matrix product on the unit (as ``plan`` lowered it, if given) and its error bound.
+
+    The kernels that ran are counted in ``kernels``.
+    """
+    fin = unit.model.input
+    ops = [_round_operand(a, fin) for a in args]
+    lowered = None if plan is None else plan_product(unit, plan, node_id, *ops)
+    if lowered is not None:
+        res, ran = lowered
+        kernels.update(ran)
+    else:
+        res = _matmul(unit, ops[0], _dense_of(ops[1]))
+        kernels["spmm_csr" if sp.issparse(ops[0]) else "gemm"] += 1
+    if any(e is None for e in errs):
+        return res, None
+    ea = errs[0] + _rounding_error(args[0], ops[0])
+    eb = _dense_of(errs[1]) + _dense_of(_rounding_error(args[1], ops[1]))
+    return res, _unit_product_bound(unit, ops[0], _dense_of(ops[1]), ea, eb)
+
+
+def _input_ranges(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, float]:
+    """The largest magnitude of each input, by name."""
     ranges = {}
     for i in graph.inputs:
         v = inputs[graph[i].name or ""]
         data = v.data if sp.issparse(v) else np.asarray(v)
         ranges[graph[i].name or ""] = float(np.max(np.abs(data))) if np.size(data) else 0.0
-    facts = propagate_bounds(graph, fmts, unit, ranges=ranges)
-    bounds = tuple(float(facts[o].value) for o in graph.outputs)
-    certified = tuple(float("inf") if errors[o] is None else
-                      (float(np.max(errors[o])) * (1 + 2.0**-50) if np.size(errors[o]) else 0.0)
-                      for o in graph.outputs)
-    return EmulatedRun(outs, ref, observed, bounds, certified, fmts, unit.model.name,
-                       dict(sorted(kernels.items())))
+    return ranges
