@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from thrifty.errors import ThriftyError
@@ -144,27 +145,62 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
             reference_order = g.order
         g = g.graph
     c = Compact.of(g)
+    heuristics = _heuristics(c, g, reference_order)
+    bounds = c.task_bounds()
+    lb = c.lower_bound(bounds)
+    done = _Finish(c, t0)
+    result = _structured(g, c, method, lb, done)
+    if result is not None:
+        return result
+    red = _reduced(g, c, bounds, lb, method, reduce, done)
+    if red.result is not None:
+        return red.result
+    if method == "exact":
+        return _exact(g, red, time_limit, done)
+    if method in heuristics:
+        return done(heuristics[method](c), method, False, red.lb)
+    return _search(c, bounds, heuristics, red, method, time_limit, done)
+
+
+class _Finish:
+    """Makes the :class:`ScheduleResult` of one call (its ``info``, the seconds taken)."""
+
+    def __init__(self, c: Compact, t0: float) -> None:
+        self.c = c
+        self.t0 = t0
+        self.info: dict[str, Any] = {}
+
+    def __call__(self, order: list[int], how: str, optimal: bool,
+                 bound: int) -> ScheduleResult:
+        peak = self.c.peak_of(order)
+        if peak <= bound:
+            optimal = True
+        self.info["seconds"] = time.perf_counter() - self.t0
+        return ScheduleResult(order=self.c.to_ids(order), peak=peak, optimal=optimal,
+                              lower_bound=peak if optimal else bound, method=how,
+                              info=self.info)
+
+
+def _heuristics(c: Compact, g: TaskGraph, reference_order: Sequence[Hashable] | None
+                ) -> dict[str, Callable[[Compact], list[int]]]:
+    """The heuristics, with the ``"file"`` baseline: ``reference_order``, else the order
+    the tasks are listed in when it is topological (a file's node order)."""
     heuristics = dict(HEURISTICS)
     if reference_order is not None:
         ref = _reference(c, reference_order)
-    else:  # the order tasks are listed in, when it is topological (a file's node order)
+    else:
         try:
             ref = _reference(c, list(g.tasks))
         except ThriftyError:
             ref = list(range(c.n))
     heuristics["file"] = lambda _c: ref
-    bounds = c.task_bounds()
-    lb = c.lower_bound(bounds)
-    info: dict[str, Any] = {}
+    return heuristics
 
-    def done(order: list[int], how: str, optimal: bool, bound: int) -> ScheduleResult:
-        peak = c.peak_of(order)
-        if peak <= bound:
-            optimal = True
-        info["seconds"] = time.perf_counter() - t0
-        return ScheduleResult(order=c.to_ids(order), peak=peak, optimal=optimal,
-                              lower_bound=peak if optimal else bound, method=how, info=info)
 
+def _structured(g: TaskGraph, c: Compact, method: str, lb: int,
+                done: _Finish) -> ScheduleResult | None:
+    """The exact polynomial algorithms (``"liu"``, ``"sp"``, and ``"auto"`` when they
+    apply); ``None`` when they do not apply to an ``"auto"`` call or another method."""
     if method == "liu" or (method == "auto" and is_in_forest(c)):
         if not is_in_forest(c):
             raise ThriftyError(f"{g.name} is not an in-forest (a task with two successors, an "
@@ -177,43 +213,70 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         if method == "sp":
             raise ThriftyError(f"{g.name} is not series-parallel with one reader per buffer "
                                "(closed by a virtual source and sink); use method='auto'")
+    return None
+
+
+@dataclass
+class _Problem:
+    """The graph the exact methods work on (``g``'s, or its reduction's): ``rc`` and its
+    task bounds, ``expand`` (its orders as orders of ``g``), the lower bound ``lb``, and a
+    ``result`` when the reduced graph was solved outright."""
+
+    rc: Compact
+    rbounds: list[int]
+    expand: Callable[[list[int]], list[int]]
+    lb: int
+    result: ScheduleResult | None = None
+
+
+def _reduced(g: TaskGraph, c: Compact, bounds: list[int], lb: int, method: str, reduce: bool,
+             done: _Finish) -> _Problem:
+    """Reduce ``g`` when asked and worth it (module docstring); solve the reduced graph
+    outright when it is an in-forest or series-parallel (``"auto"``)."""
     red: Reduction | None = None
     if reduce and method in ("auto", "exact") and c.n <= REDUCE_MAX_TASKS:
         t1 = time.perf_counter()
         red = reduce_graph(g)
-        info["reduction"] = {**red.info, "seconds": time.perf_counter() - t1}
-    if red is not None and red.graph is not g and (
+        done.info["reduction"] = {**red.info, "seconds": time.perf_counter() - t1}
+    if red is None or red.graph is g or not (
             method == "exact" or len(red.graph.tasks) <= REDUCED_ENOUGH * c.n):
-        # solve the reduced graph
-        rc = Compact.of(red.graph)
-        rpos = {t: i for i, t in enumerate(c.ids)}
+        return _Problem(c, bounds, lambda order: order, lb)
+    # solve the reduced graph
+    rc = Compact.of(red.graph)
+    rpos = {t: i for i, t in enumerate(c.ids)}
+    expand_ids = red.expand
 
-        def expand(order: list[int]) -> list[int]:
-            return [rpos[t] for t in red.expand(rc.to_ids(order))]
+    def expand(order: list[int]) -> list[int]:
+        return [rpos[t] for t in expand_ids(rc.to_ids(order))]
 
-        rbounds = rc.task_bounds()
-        lb = max(lb, rc.lower_bound(rbounds))
-        if method == "auto" and is_in_forest(rc):
-            return done(expand(liu_in_tree(rc)), "reduce+liu", True, lb)
-        if method == "auto":
-            rsp = sp_order(rc)
-            if rsp is not None:
-                return done(expand(rsp), "reduce+sp", True, lb)
-    else:
-        rc, rbounds = c, bounds
+    rbounds = rc.task_bounds()
+    lb = max(lb, rc.lower_bound(rbounds))
+    problem = _Problem(rc, rbounds, expand, lb)
+    if method == "auto" and is_in_forest(rc):
+        problem.result = done(expand(liu_in_tree(rc)), "reduce+liu", True, lb)
+    elif method == "auto":
+        rsp = sp_order(rc)
+        if rsp is not None:
+            problem.result = done(expand(rsp), "reduce+sp", True, lb)
+    return problem
 
-        def expand(order: list[int]) -> list[int]:
-            return order
-    if method == "exact":
-        res = exact_order(rc, None, time_limit=time_limit, task_bounds=rbounds)
-        info["states"] = res.states
-        if res.order is not None:
-            return done(expand(res.order), "exact", True, max(lb, res.lower_bound))
-        raise ThriftyError(f"{g.name}: the exact search did not finish in {time_limit} s "
-                           f"(proven lower bound {res.lower_bound}); raise time_limit or use "
-                           "method='auto'")
-    if method in heuristics:
-        return done(heuristics[method](c), method, False, lb)
+
+def _exact(g: TaskGraph, p: _Problem, time_limit: float, done: _Finish) -> ScheduleResult:
+    """``method="exact"``: the search alone, from no upper bound."""
+    res = exact_order(p.rc, None, time_limit=time_limit, task_bounds=p.rbounds)
+    done.info["states"] = res.states
+    if res.order is not None:
+        return done(p.expand(res.order), "exact", True, max(p.lb, res.lower_bound))
+    raise ThriftyError(f"{g.name}: the exact search did not finish in {time_limit} s "
+                       f"(proven lower bound {res.lower_bound}); raise time_limit or use "
+                       "method='auto'")
+
+
+def _search(c: Compact, bounds: list[int], heuristics: dict[str, Callable[[Compact], list[int]]],
+            p: _Problem, method: str, time_limit: float, done: _Finish) -> ScheduleResult:
+    """``"auto"`` and ``"heuristic"`` past the exact algorithms: the best heuristic, then
+    (``"auto"``) the local re-solving and the exact search from its peak."""
+    info, lb = done.info, p.lb
     best_name, best_order, info["peaks"] = _best_heuristic(c, heuristics)
     best_peak = info["peaks"][best_name]
     if c.n > DENSE_BOUND_TASKS:  # bounds of the tasks where the best order peaks
@@ -229,13 +292,13 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
     if best_peak <= lb or c.n > EXACT_MAX_TASKS:
         return done(best_order, best_name, False, lb)
-    rlattice = lattice if rc is c else Lattice(rc, rbounds)
-    res = exact_order(rc, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,
+    rlattice = lattice if p.rc is c else Lattice(p.rc, p.rbounds)
+    res = exact_order(p.rc, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,
                       lattice=rlattice)
     info["states"] = res.states
     bound = max(lb, res.lower_bound)
     if res.order is not None:
-        return done(expand(res.order), "exact", True, bound)
+        return done(p.expand(res.order), "exact", True, bound)
     return done(best_order, best_name, res.optimal, bound)
 
 

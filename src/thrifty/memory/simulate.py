@@ -212,68 +212,87 @@ def _replay_plan(g: TaskGraph, steps: Sequence[Step], bandwidth: float | None) -
     if bandwidth is not None and not (bandwidth > 0):
         raise PlanError(f"offload_bandwidth is {bandwidth!r}; it must be a number > 0 "
                         "(bytes per time unit; math.inf for instant copies)")
-    state: dict[Hashable, int] = {b: _ABSENT for b in g.buffers}
-    ready_at: dict[Hashable, float] = {}     # when the buffer's data is in device memory
-    host_at: dict[Hashable, float] = {}      # when its offload copy ended
-    mem = 0
-    for b, buf in g.buffers.items():
-        if buf.producer is None:
-            state[b] = _RESIDENT
-            ready_at[b] = 0.0
-            mem += buf.size
-    peak = mem
-    computed: set[Hashable] = set()
-    recomputed: list[Hashable] = []
-    offloaded: list[Hashable] = []
-    compute_end = 0.0      # end of the last compute issued
-    copy_end = 0.0         # end of the last transfer issued
-    release_at = 0.0       # end of the latest offload copy issued so far
-    compute_time = 0.0
-    makespan = 0.0
-    timeline: list[StepRecord] = []
-
-    def copy_time(i: int, st: Step) -> float:
-        if bandwidth is None:
-            raise _fail(i, st.op, st.target, "the plan moves data but no offload_bandwidth was "
-                        "given; pass offload_bandwidth= (bytes per time unit) or set "
-                        "plan.info['offload_bandwidth']")
-        size = g.buffers[st.target].size
-        return 0.0 if math.isinf(bandwidth) else size / bandwidth
-
+    replay = _Replay(g, bandwidth)
     for i, st in enumerate(steps):
         if not isinstance(st, Step):
             raise _fail(i, "?", st, "not a Step; build plans with Plan.from_steps")
-        op, x = st.op, st.target
-        if op == "compute":
-            try:
-                task = g.tasks[x]
-            except (KeyError, TypeError):
-                raise _fail(i, op, x, f"unknown task id; {g.name} has {len(g.tasks)} "
-                            "tasks") from None
-            start = max(compute_end, release_at)
-            for b in task.reads:
-                if state[b] != _RESIDENT:
-                    where = ("offloaded (prefetch it first)" if state[b] == _HOST
-                             else "not resident (never produced, or freed)")
-                    raise _fail(i, op, x, f"reads buffer {b!r}, which is {where}")
-                start = max(start, ready_at[b])
-            out = sum(g.buffers[b].size for b in task.writes)
-            during = mem + out + task.workspace
-            peak = max(peak, during)
-            end = start + task.time
-            for b in task.writes:
-                if state[b] != _RESIDENT:
-                    mem += g.buffers[b].size
-                state[b] = _RESIDENT
-                ready_at[b] = end
-            if x in computed:
-                recomputed.append(x)
-            computed.add(x)
-            compute_end = end
-            compute_time += task.time
-            makespan = max(makespan, end)
-            timeline.append(StepRecord(i, op, x, during, start, end))
-            continue
+        if st.op == "compute":
+            replay.compute(i, st)
+        else:
+            replay.move(i, st)
+    return replay.result(len(steps))
+
+
+class _Replay:
+    """The state of a plan's replay (:func:`_replay_plan`): where each buffer is, when its
+    data is ready, memory in use and the ends of the two streams."""
+
+    def __init__(self, g: TaskGraph, bandwidth: float | None) -> None:
+        self.g = g
+        self.bandwidth = bandwidth
+        self.state: dict[Hashable, int] = {b: _ABSENT for b in g.buffers}
+        self.ready_at: dict[Hashable, float] = {}  # when the buffer's data is in device memory
+        self.host_at: dict[Hashable, float] = {}   # when its offload copy ended
+        self.mem = 0
+        for b, buf in g.buffers.items():
+            if buf.producer is None:
+                self.state[b] = _RESIDENT
+                self.ready_at[b] = 0.0
+                self.mem += buf.size
+        self.peak = self.mem
+        self.computed: set[Hashable] = set()
+        self.recomputed: list[Hashable] = []
+        self.offloaded: list[Hashable] = []
+        self.compute_end = 0.0  # end of the last compute issued
+        self.copy_end = 0.0     # end of the last transfer issued
+        self.release_at = 0.0   # end of the latest offload copy issued so far
+        self.compute_time = 0.0
+        self.makespan = 0.0
+        self.timeline: list[StepRecord] = []
+
+    def copy_time(self, i: int, st: Step) -> float:
+        if self.bandwidth is None:
+            raise _fail(i, st.op, st.target, "the plan moves data but no offload_bandwidth was "
+                        "given; pass offload_bandwidth= (bytes per time unit) or set "
+                        "plan.info['offload_bandwidth']")
+        size = self.g.buffers[st.target].size
+        return 0.0 if math.isinf(self.bandwidth) else size / self.bandwidth
+
+    def compute(self, i: int, st: Step) -> None:
+        """A compute step: on the compute stream, once its reads are ready."""
+        g, state, op, x = self.g, self.state, st.op, st.target
+        try:
+            task = g.tasks[x]
+        except (KeyError, TypeError):
+            raise _fail(i, op, x, f"unknown task id; {g.name} has {len(g.tasks)} "
+                        "tasks") from None
+        start = max(self.compute_end, self.release_at)
+        for b in task.reads:
+            if state[b] != _RESIDENT:
+                where = ("offloaded (prefetch it first)" if state[b] == _HOST
+                         else "not resident (never produced, or freed)")
+                raise _fail(i, op, x, f"reads buffer {b!r}, which is {where}")
+            start = max(start, self.ready_at[b])
+        out = sum(g.buffers[b].size for b in task.writes)
+        during = self.mem + out + task.workspace
+        self.peak = max(self.peak, during)
+        end = start + task.time
+        for b in task.writes:
+            if state[b] != _RESIDENT:
+                self.mem += g.buffers[b].size
+            state[b] = _RESIDENT
+            self.ready_at[b] = end
+        if x in self.computed:
+            self.recomputed.append(x)
+        self.computed.add(x)
+        self.compute_end = end
+        self.compute_time += task.time
+        self.makespan = max(self.makespan, end)
+        self.timeline.append(StepRecord(i, op, x, during, start, end))
+
+    def move(self, i: int, st: Step) -> None:
+        """A free, offload or prefetch step."""
+        g, state, op, x = self.g, self.state, st.op, st.target
         try:
             buf = g.buffers[x]
         except (KeyError, TypeError):
@@ -285,43 +304,49 @@ def _replay_plan(g: TaskGraph, steps: Sequence[Step], bandwidth: float | None) -
             if x in g.results:
                 raise _fail(i, op, x, "frees a result; results stay resident to the end")
             state[x] = _ABSENT
-            mem -= buf.size
-            timeline.append(StepRecord(i, op, x, mem, compute_end, compute_end))
+            self.mem -= buf.size
+            self.timeline.append(StepRecord(i, op, x, self.mem, self.compute_end,
+                                            self.compute_end))
         elif op == "offload":
             if state[x] != _RESIDENT:
                 raise _fail(i, op, x, "offloads a buffer that is not resident")
-            start = max(copy_end, ready_at[x])
-            end = start + copy_time(i, st)
-            timeline.append(StepRecord(i, op, x, mem, start, end))
+            start = max(self.copy_end, self.ready_at[x])
+            end = start + self.copy_time(i, st)
+            self.timeline.append(StepRecord(i, op, x, self.mem, start, end))
             state[x] = _HOST
-            host_at[x] = end
-            mem -= buf.size
-            copy_end = end
-            release_at = max(release_at, end)
-            makespan = max(makespan, end)
-            offloaded.append(x)
+            self.host_at[x] = end
+            self.mem -= buf.size
+            self.copy_end = end
+            self.release_at = max(self.release_at, end)
+            self.makespan = max(self.makespan, end)
+            self.offloaded.append(x)
         else:  # prefetch
             if state[x] != _HOST:
                 why = ("is already resident" if state[x] == _RESIDENT
                        else "has no copy in the slow tier (offload it first)")
                 raise _fail(i, op, x, f"prefetches a buffer that {why}")
-            start = max(copy_end, compute_end, host_at[x])
-            end = start + copy_time(i, st)
+            start = max(self.copy_end, self.compute_end, self.host_at[x])
+            end = start + self.copy_time(i, st)
             state[x] = _RESIDENT
-            ready_at[x] = end
-            mem += buf.size
-            peak = max(peak, mem)
-            copy_end = end
-            makespan = max(makespan, end)
-            timeline.append(StepRecord(i, op, x, mem, start, end))
-    never = [t for t in g.tasks if t not in computed]
-    if never:
-        raise _fail(len(steps), "end", never[0],
-                    f"task never computed ({len(never)} of {len(g.tasks)} tasks missing)")
-    for b in g.results:
-        if state[b] != _RESIDENT:
-            where = "offloaded" if state[b] == _HOST else "not resident"
-            raise _fail(len(steps), "end", b, f"result buffer is {where} at the end of the plan")
-    return SimResult(peak=peak, makespan=makespan, compute_time=compute_time,
-                     timeline=tuple(timeline), recomputed=tuple(recomputed),
-                     offloaded=tuple(offloaded))
+            self.ready_at[x] = end
+            self.mem += buf.size
+            self.peak = max(self.peak, self.mem)
+            self.copy_end = end
+            self.makespan = max(self.makespan, end)
+            self.timeline.append(StepRecord(i, op, x, self.mem, start, end))
+
+    def result(self, n_steps: int) -> SimResult:
+        """The replay's result, once every task ran and every result is resident."""
+        g, state = self.g, self.state
+        never = [t for t in g.tasks if t not in self.computed]
+        if never:
+            raise _fail(n_steps, "end", never[0],
+                        f"task never computed ({len(never)} of {len(g.tasks)} tasks missing)")
+        for b in g.results:
+            if state[b] != _RESIDENT:
+                where = "offloaded" if state[b] == _HOST else "not resident"
+                raise _fail(n_steps, "end", b,
+                            f"result buffer is {where} at the end of the plan")
+        return SimResult(peak=self.peak, makespan=self.makespan,
+                         compute_time=self.compute_time, timeline=tuple(self.timeline),
+                         recomputed=tuple(self.recomputed), offloaded=tuple(self.offloaded))

@@ -25,9 +25,10 @@ from __future__ import annotations
 import math
 import sys
 import time
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from functools import cache
+from typing import Any
 
 from thrifty.errors import GraphError
 from thrifty.graph.taskgraph import TaskGraph
@@ -132,14 +133,51 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     every size a multiple of the slot).
     """
     ch = as_chain(g)
-    deadline = None if time_limit is None else time.perf_counter() + time_limit
-    calls = [0]
-    n, jmin = len(ch.forward), ch.jmin
-    tasks = g.tasks
+    deadline: list[float | None] = [
+        None if time_limit is None else time.perf_counter() + time_limit]
     bsize = {b: buf.size for b, buf in g.buffers.items()}
     unit = 1 if slots is None else max(1, budget // slots)
     exact = all(s % unit == 0 for s in bsize.values()) and all(
-        t.workspace % unit == 0 for t in tasks.values())
+        t.workspace % unit == 0 for t in g.tasks.values())
+    tb = _layer_tables(g, ch, unit)
+    C = _chain_dp(tb, len(ch.forward), ch.jmin, deadline, time_limit)  # noqa: N806
+    m0 = budget // unit - sum(-(-bsize[b] // unit) for b, buf in g.buffers.items()
+                              if buf.producer is None)
+    value = C(0, len(ch.forward) - 1, 0, 0, m0)
+    if value[0] == _INF:
+        raise ChainError(f"no chain plan fits {budget} bytes")
+    deadline[0] = None
+    seq = _chain_sequence(C, ch, tb.a, m0)
+    info = {"optimal": bool(exact), "objective": value[0], "slot_bytes": unit,
+            "states": C.cache_info().currsize}
+    C.cache_clear()
+    return plan_from_sequence(g, seq, budget=budget, method="chain", info=info)
+
+
+@dataclass(frozen=True, slots=True)
+class _Layers:
+    """Per layer ``j`` of a chain, sizes in slots: the forward output ``a``, workspace
+    ``fws`` and time ``ft``; the backward task's gradient ``dout`` (read by ``B_{j-1}``),
+    other outputs ``res`` (their prefix sums ``rpre``), workspace ``bws`` and time ``bt``;
+    whether it reads ``a_{j-1}`` (``rprev``) and ``a_j`` (``rcur``)."""
+
+    a: list[int]
+    fws: list[int]
+    ft: list[float]
+    dout: list[int]
+    res: list[int]
+    bws: list[int]
+    bt: list[float]
+    rprev: list[int]
+    rcur: list[int]
+    rpre: list[int]
+
+
+def _layer_tables(g: TaskGraph, ch: Chain, unit: int) -> _Layers:
+    """The chain's sizes per layer, in slots of ``unit`` bytes (rounded up)."""
+    n, jmin = len(ch.forward), ch.jmin
+    tasks = g.tasks
+    bsize = {b: buf.size for b, buf in g.buffers.items()}
 
     def sl(x: int) -> int:
         return -(-x // unit)
@@ -150,10 +188,6 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     ft = [tasks[f].time for f in ch.forward]
     act = [next(w for w in tasks[f].writes if w not in g.results or g.readers[w])
            for f in ch.forward]
-
-    def asz(j: int) -> int:
-        return a[j] if j >= 0 else 0
-
     # δ_j: the gradient B_j reads (written by B_{j+1}); 0 for j = n-1.
     dout, res, bws, rprev, rcur = ([0] * n for _ in range(5))
     bt = [0.0] * n
@@ -167,10 +201,25 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
         bt[j], bws[j] = b.time, sl(b.workspace)
         rprev[j] = int(j >= 1 and act[j - 1] in b.reads)
         rcur[j] = int(act[j] in b.reads)
-
     rpre = [0]
     for r in res:
         rpre.append(rpre[-1] + r)
+    return _Layers(a, fws, ft, dout, res, bws, bt, rprev, rcur, rpre)
+
+
+_DP = Callable[[int, int, int, int, int], tuple[float, tuple]]
+
+
+def _chain_dp(tb: _Layers, n: int, jmin: int, deadline: list[float | None],
+              time_limit: float | None) -> Any:
+    """The DP ``C(s, t, h, e, m) -> (cost, choice)`` over layers ``s..t`` within ``m``
+    slots (cached; ``deadline[0]``, when set, stops it with a :class:`ChainError`)."""
+    a, fws, ft, dout, res, bws = tb.a, tb.fws, tb.ft, tb.dout, tb.res, tb.bws
+    bt, rprev, rcur, rpre = tb.bt, tb.rprev, tb.rcur, tb.rpre
+    calls = [0]
+
+    def asz(j: int) -> int:
+        return a[j] if j >= 0 else 0
 
     def din(t: int) -> int:
         return dout[t + 1] if t + 1 < n else 0
@@ -181,7 +230,8 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     def C(s: int, t: int, h: int, e: int, m: int) -> tuple[float, tuple]:  # noqa: N802
         """(cost, choice) for B_t..B_s; choice reconstructs the sequence."""
         calls[0] += 1
-        if deadline is not None and calls[0] % 4096 == 0 and time.perf_counter() > deadline:
+        limit = deadline[0]
+        if limit is not None and calls[0] % 4096 == 0 and time.perf_counter() > limit:
             raise ChainError(f"the chain DP ran past its time limit of {time_limit} s")
         A, D = asz(s - 1), din(t)
         best: tuple[float, tuple] = (_INF, ())
@@ -221,13 +271,15 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
                     best = (total, ("split", k, e2, rsum))
         return best
 
-    m0 = budget // unit - sum(sl(bsize[b]) for b, buf in g.buffers.items()
-                              if buf.producer is None)
-    value = C(0, n - 1, 0, 0, m0)
-    if value[0] == _INF:
-        raise ChainError(f"no chain plan fits {budget} bytes")
+    return C
 
+
+def _chain_sequence(C: _DP, ch: Chain, a: list[int], m0: int) -> list[Hashable]:  # noqa: N803
+    """The task sequence of the DP's optimum (its choices, from the cache)."""
     seq: list[Hashable] = []
+
+    def asz(j: int) -> int:
+        return a[j] if j >= 0 else 0
 
     def emit(s: int, t: int, h: int, e: int, m: int) -> None:
         _, choice = C(s, t, h, e, m)
@@ -243,9 +295,5 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
         emit(k + 1, t, h, e2, m - asz(s - 1))
         emit(s, k, e2, e, m - rsum)
 
-    deadline = None
-    emit(0, n - 1, 0, 0, m0)
-    info = {"optimal": bool(exact), "objective": value[0], "slot_bytes": unit,
-            "states": C.cache_info().currsize}
-    C.cache_clear()
-    return plan_from_sequence(g, seq, budget=budget, method="chain", info=info)
+    emit(0, len(ch.forward) - 1, 0, 0, m0)
+    return seq

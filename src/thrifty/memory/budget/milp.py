@@ -219,190 +219,297 @@ def milp_plan(g: TaskGraph, budget: int, order: Sequence[Hashable] | None = None
     return pag
 
 
+class _Model:
+    """The MILP of :func:`_solve` under construction: the graph's data, the variables by
+    kind and the constraints (variables and rows are added in a fixed order)."""
+
+    def __init__(self, g: TaskGraph, budget: int, order: list[Hashable],
+                 bandwidth: float | None, recompute: bool,
+                 no_offload: Iterable[Hashable]) -> None:
+        self.g = g
+        self.order = order
+        self.n = len(order)
+        pos = {t: i for i, t in enumerate(order)}
+        self.size = {b: buf.size for b, buf in g.buffers.items()}
+        self.paging = bandwidth is not None
+        self.bandwidth = bandwidth
+        self.recompute = recompute
+        self.scale = float(max(budget, 1))
+        self.tasks = tasks = [g.tasks[t] for t in order]
+        self.pb = {b: (pos[buf.producer] if buf.producer is not None else -1)
+                   for b, buf in g.buffers.items()}
+        self.readers_at: dict[Hashable, set[int]] = {b: set() for b in g.buffers}
+        for k, task in enumerate(tasks):
+            for b in task.reads:
+                self.readers_at[b].add(k)
+        self.total = sum(t.time for t in tasks) or 1.0
+        self.V, self.C = _Vars(), _Rows()
+        self.R: dict[tuple[int, int], int] = {}
+        self.S: dict[tuple[int, Hashable], int] = {}
+        self.bufs = list(g.buffers)
+        banned = frozenset(no_offload)
+        self.pageable = [b for b in self.bufs if self.paging and self.size[b] > 0
+                         and b not in g.results and b not in banned]
+        self.H: dict[tuple[int, Hashable], int] = {}
+        self.Pn: dict[tuple[int, Hashable], int] = {}
+        self.Pl: dict[tuple[int, Hashable], int] = {}
+        self.Oo: dict[tuple[int, Hashable], int] = {}
+        self.On: dict[tuple[int, Hashable], int] = {}
+        self.D: dict[int, int] = {}
+
+    def avail(self, t: int, b: Hashable) -> list[tuple[int, float]]:
+        """Terms of "b is resident once stage t's prefetches are issued"."""
+        return [(v[t, b], 1.0) for v in (self.S, self.Pn, self.Pl) if (t, b) in v]
+
+    def offloads(self, t: int, b: Hashable, sign: float) -> list[tuple[int, float]]:
+        """Terms ``sign * (Oo[t,b] + On[t,b])`` for the variables that exist."""
+        return [(v[t, b], sign) for v in (self.Oo, self.On) if (t, b) in v]
+
+
+def _add_compute_vars(m: _Model) -> None:
+    """The ``R`` (compute) and ``S`` (resident at stage start) variables."""
+    V, n, pb = m.V, m.n, m.pb
+    for t in range(n):
+        for k in range(t + 1):
+            lo = 1.0 if k == t else 0.0
+            hi = 1.0 if (k == t or m.recompute) else 0.0
+            m.R[t, k] = V.add(("R", t, k), True, lo, hi,
+                              0.0 if m.paging else m.tasks[k].time / m.total)
+    for t in range(n):
+        for b in m.bufs:
+            if pb[b] < t:
+                pinned = b in m.g.results or (pb[b] < 0 and t == 0)
+                m.S[t, b] = V.add(("S", t, b), True, 1.0 if pinned else 0.0, 1.0)
+
+
+def _add_paging_vars(m: _Model) -> None:
+    """The ``H``, ``Pn``, ``Pl``, ``Oo`` and ``On`` variables (none without a bandwidth)."""
+    V, n, pb = m.V, m.n, m.pb
+    for b in m.pageable:
+        for t in range(n):
+            if 1 <= t and pb[b] < t:
+                m.H[t, b] = V.add(("H", t, b), True)
+                m.Pn[t, b] = V.add(("Pn", t, b), True, cost=_TIE)
+                if t + 1 < n:
+                    m.Pl[t, b] = V.add(("Pl", t, b), True, cost=_TIE)
+            if t + 1 < n:
+                if pb[b] < t:
+                    m.Oo[t, b] = V.add(("Oo", t, b), True, cost=_TIE)
+                if 0 <= pb[b] <= t and (pb[b] == t or m.recompute):
+                    m.On[t, b] = V.add(("On", t, b), True, cost=_TIE)
+
+
+def _add_stage_constraints(m: _Model, t: int) -> None:
+    """Stage ``t``'s residency constraints: reads resident, no recompute of a resident
+    buffer, carrying, and the paging transitions."""
+    C, R, S, H, Pn, Pl, pb = m.C, m.R, m.S, m.H, m.Pn, m.Pl, m.pb
+    for k in range(t + 1):
+        for b in m.tasks[k].reads:  # reads resident: computed before in the stage, or carried
+            terms = [(R[t, k], 1.0), (S[t, b], -1.0)]
+            if (t, b) in Pn:
+                terms.append((Pn[t, b], -1.0))
+            if pb[b] >= 0:
+                terms.append((R[t, pb[b]], -1.0))
+            C.add(terms, -np.inf, 0.0)
+    for b in m.bufs:
+        if pb[b] >= 0 and pb[b] < t:  # no recompute while the old copy is resident
+            C.add([(R[t, pb[b]], 1.0)] + m.avail(t, b), -np.inf, 1.0)
+        if t + 1 < m.n and pb[b] <= t:  # carried only if resident in this stage
+            terms = [(S[t + 1, b], 1.0)] + [(c, -v) for c, v in m.avail(t, b)]
+            if pb[b] >= 0:
+                terms.append((R[t, pb[b]], -1.0))
+            terms += m.offloads(t, b, 1.0)
+            C.add(terms, -np.inf, 0.0)
+        if (t, b) in H:
+            C.add([(S[t, b], 1.0), (H[t, b], 1.0)], -np.inf, 1.0)
+            C.add([(Pn[t, b], 1.0), (H[t, b], -1.0)]
+                  + ([(Pl[t, b], 1.0)] if (t, b) in Pl else []), -np.inf, 0.0)
+        if (t, b) in m.Oo:
+            C.add([(m.Oo[t, b], 1.0), (S[t, b], -1.0)], -np.inf, 0.0)
+        if (t, b) in m.On:
+            C.add([(m.On[t, b], 1.0), (R[t, pb[b]], -1.0)], -np.inf, 0.0)
+        if (t + 1, b) in H:
+            _add_host_transition(m, t, b)
+
+
+def _add_host_transition(m: _Model, t: int, b: Hashable) -> None:
+    """``b`` is on the host at stage ``t+1`` only if it stayed there or was offloaded in
+    stage ``t``, and a recompute drops the host copy (unless offloaded again)."""
+    C, H, Pn, Pl, On, pb = m.C, m.H, m.Pn, m.Pl, m.On, m.pb
+    terms = [(H[t + 1, b], 1.0)]
+    if (t, b) in H:
+        terms += [(H[t, b], -1.0), (Pn[t, b], 1.0)]
+        if (t, b) in Pl:
+            terms.append((Pl[t, b], 1.0))
+    terms += m.offloads(t, b, -1.0)
+    C.add(terms, -np.inf, 0.0)
+    if pb[b] >= 0:
+        terms = [(H[t + 1, b], 1.0), (m.R[t, pb[b]], 1.0)]
+        if (t, b) in On:
+            terms.append((On[t, b], -1.0))
+        C.add(terms, -np.inf, 1.0)
+
+
+def _needed_chain(m: _Model, t: int, b: Hashable) -> list[int | None]:
+    """The needed-later (``N``) variables of ``b`` in stage ``t``, per step (``None``
+    where ``b`` is not needed any more); steps between two readers share one."""
+    V, C = m.V, m.C
+    carried = m.S.get((t + 1, b))
+    end_needed = t + 1 == m.n and b in m.g.results
+    top: int | None = None  # used after the stage's last reader of b
+    if carried is not None:
+        top = V.add(("N", t, "end", b), False)
+        C.add([(top, 1.0), (carried, -1.0)] + m.offloads(t, b, -1.0), 0.0, np.inf)
+    elif end_needed:
+        top = V.add(("N", t, "end", b), False, 1.0, 1.0)
+    n_at: list[int | None] = [None] * (t + 1)
+    cur = top
+    for k in range(t, -1, -1):
+        if k in m.readers_at[b]:
+            nk = V.add(("N", t, k, b), False)
+            if cur is not None:
+                C.add([(nk, 1.0), (cur, -1.0)], 0.0, np.inf)
+            C.add([(nk, 1.0), (m.R[t, k], -1.0)], 0.0, np.inf)
+            cur = nk
+        n_at[k] = cur
+    return n_at
+
+
+def _prefetch_terms(m: _Model, t: int, b: Hashable,
+                    n0: int | None) -> list[tuple[int, float]]:
+    """Constraints on ``b``'s prefetch in stage ``t`` (used in the stage or carried) and
+    its terms in the memory in use once the stage's prefetches are issued."""
+    V, C, S, Pn, Pl, size = m.V, m.C, m.S, m.Pn, m.Pl, m.size
+    pre_terms: list[tuple[int, float]] = []
+    if (t, b) in Pn:  # a prefetched buffer is used in the stage or carried
+        terms = [(Pn[t, b], 1.0)] + ([(Pl[t, b], 1.0)] if (t, b) in Pl else [])
+        C.add(terms + ([(n0, -1.0)] if n0 is not None else []), -np.inf, 0.0)
+        if size[b]:
+            lp = V.add(("Lp", t, b), False)
+            C.add([(lp, 1.0)] + [(c, -v) for c, v in terms], 0.0, np.inf)
+            pre_terms.append((lp, size[b] / m.scale))
+    if (t, b) in S and n0 is not None and size[b] and any(
+            (t, c) in Pn for c in m.pageable):
+        lp = V.add(("Ls", t, b), False)
+        C.add([(lp, 1.0), (n0, -1.0), (S[t, b], -1.0)], -1.0, np.inf)
+        pre_terms.append((lp, size[b] / m.scale))
+    return pre_terms
+
+
+def _add_resident_terms(m: _Model, t: int, b: Hashable, n_at: list[int | None],
+                        mem_terms: list[list[tuple[int, float]]]) -> None:
+    """The resident (``L``) variables of ``b`` in stage ``t``, one per segment of steps
+    sharing an ``N`` variable, appended to each step's memory terms."""
+    pb = m.pb
+    shared: dict[tuple[int, bool], int] = {}
+    for k in range(t + 1):
+        nk_ = n_at[k]
+        if k == pb[b] or nk_ is None:
+            continue  # the step that writes b counts it as an output
+        written = 0 <= pb[b] < k
+        key = (nk_, written)
+        if key not in shared:
+            terms = [(c, -v) for c, v in m.avail(t, b)]
+            if written:
+                terms.append((m.R[t, pb[b]], -1.0))
+            if not terms:
+                continue  # b cannot be resident at this step
+            lk = m.V.add(("L", t, k, b), False)
+            m.C.add([(lk, 1.0), (nk_, -1.0)] + terms, -1.0, np.inf)
+            shared[key] = lk
+        mem_terms[k].append((shared[key], m.size[b] / m.scale))
+
+
+def _add_memory(m: _Model, t: int) -> None:
+    """Stage ``t``'s needed-later (``N``) and resident (``L``) variables, then its memory
+    constraints per step (and once the prefetches are issued)."""
+    mem_terms: list[list[tuple[int, float]]] = [[] for _ in range(t + 1)]
+    pre_terms: list[tuple[int, float]] = []
+    for b in m.bufs:
+        if m.pb[b] > t:
+            continue
+        n_at = _needed_chain(m, t, b)
+        pre_terms += _prefetch_terms(m, t, b, n_at[0])
+        if not m.size[b]:
+            continue
+        _add_resident_terms(m, t, b, n_at, mem_terms)
+    for k in range(t + 1):
+        task = m.tasks[k]
+        own = (sum(m.size[w] for w in task.writes) + task.workspace) / m.scale
+        m.C.add(mem_terms[k] + [(m.R[t, k], own)], -np.inf, 1.0)
+    if pre_terms:
+        m.C.add(pre_terms, -np.inf, 1.0)
+
+
+def _add_stage_times(m: _Model, cutoff: float | None) -> None:
+    """The stage times ``D[t]`` (compute and copy streams) and the ``cutoff`` bound."""
+    n, total = m.n, m.total
+    bw = float(m.bandwidth)  # type: ignore[arg-type]
+    x = {b: (0.0 if math.isinf(bw) else m.size[b] / bw) / total for b in m.bufs}
+    for t in range(n):
+        m.D[t] = m.V.add(("D", t), False, 0.0, np.inf, 1.0)
+        comp = [(m.R[t, k], -m.tasks[k].time / total) for k in range(t + 1)]
+        pn = [(m.Pn[t, b], -x[b]) for b in m.pageable if (t, b) in m.Pn]
+        pl = [(m.Pl[t, b], -x[b]) for b in m.pageable if (t, b) in m.Pl]
+        oo = [(m.Oo[t, b], -x[b]) for b in m.pageable if (t, b) in m.Oo]
+        on = [(m.On[t, b], -x[b]) for b in m.pageable if (t, b) in m.On]
+        m.C.add([(m.D[t], 1.0)] + pn + comp + on, 0.0, np.inf)
+        if pn or pl or oo or on:
+            m.C.add([(m.D[t], 1.0)] + pn + pl + oo + on, 0.0, np.inf)
+    if cutoff is not None:
+        m.C.add([(m.D[t], 1.0) for t in range(n)], 0.0, cutoff / total * (1 + 1e-9) + 1e-12)
+
+
+def _paging_plan(m: _Model, sol: np.ndarray, budget: int, info: dict[str, Any]) -> Plan:
+    """The staged plan of a paging MILP's solution, with its staged time recomputed from
+    the chosen stages (no solver tolerance)."""
+    g, n, order = m.g, m.n, m.order
+    bw = float(m.bandwidth)  # type: ignore[arg-type]
+
+    def chosen(v: dict[tuple[int, Hashable], int], t: int) -> tuple[Hashable, ...]:
+        return tuple(b for b in m.pageable if (t, b) in v and sol[v[t, b]] > 0.5)
+
+    stages: list[Stage] = [
+        (chosen(m.Pn, t), chosen(m.Pl, t),
+         tuple(order[k] for k in range(t + 1) if sol[m.R[t, k]] > 0.5),
+         chosen(m.Oo, t), chosen(m.On, t)) for t in range(n)]
+    xs = {b: (0.0 if math.isinf(bw) else m.size[b] / bw) for b in m.bufs}
+
+    def cost(pn: Iterable[Hashable], pl: Iterable[Hashable], comps: Iterable[Hashable],
+             oo: Iterable[Hashable], on: Iterable[Hashable]) -> float:
+        """The staged time of one stage, from its discrete choices (no solver tolerance)."""
+        xn, xl, xo, xw = (sum(xs[b] for b in v) for v in (pn, pl, oo, on))
+        c = sum(g.tasks[k].time for k in comps)
+        return max(xn + c + xw, xn + xl + xo + xw)
+
+    times = [cost(*st) for st in stages]
+    info.update({"objective": sum(times), "offload_bandwidth": m.bandwidth, "paging": True,
+                 "stage_times": times,
+                 "solver_objective": sum(float(sol[m.D[t]]) for t in range(n)) * m.total})
+    return staged_plan(g, stages, budget=budget, method="milp", info=info)
+
+
 def _solve(g: TaskGraph, budget: int, order: Sequence[Hashable] | None, time_limit: float,
            bandwidth: float | None, recompute: bool, no_offload: Iterable[Hashable],
            cutoff: float | None) -> Plan | None:
     """Build and solve one MILP (module docstring); ``cutoff``: an upper bound on the
     staged makespan (the cost of a plan known to be in the space)."""
     order = list(order) if order is not None else list(g.order)
-    n = len(order)
-    pos = {t: i for i, t in enumerate(order)}
-    size = {b: buf.size for b, buf in g.buffers.items()}
-    if sum(size[b] for b, buf in g.buffers.items() if buf.producer is None) > budget:
+    if sum(buf.size for buf in g.buffers.values() if buf.producer is None) > budget:
         return None  # the inputs alone do not fit
-    paging = bandwidth is not None
-    scale = float(max(budget, 1))
-    tasks = [g.tasks[t] for t in order]
-    pb = {b: (pos[buf.producer] if buf.producer is not None else -1)
-          for b, buf in g.buffers.items()}
-    readers_at: dict[Hashable, set[int]] = {b: set() for b in g.buffers}
-    for k, task in enumerate(tasks):
-        for b in task.reads:
-            readers_at[b].add(k)
-    total = sum(t.time for t in tasks) or 1.0
-    V, C = _Vars(), _Rows()
-    R: dict[tuple[int, int], int] = {}
-    S: dict[tuple[int, Hashable], int] = {}
-    for t in range(n):
-        for k in range(t + 1):
-            lo = 1.0 if k == t else 0.0
-            hi = 1.0 if (k == t or recompute) else 0.0
-            R[t, k] = V.add(("R", t, k), True, lo, hi, 0.0 if paging else tasks[k].time / total)
-    bufs = list(g.buffers)
-    for t in range(n):
-        for b in bufs:
-            if pb[b] < t:
-                pinned = b in g.results or (pb[b] < 0 and t == 0)
-                S[t, b] = V.add(("S", t, b), True, 1.0 if pinned else 0.0, 1.0)
-    # Paging variables (empty without a bandwidth).
-    banned = frozenset(no_offload)
-    pageable = [b for b in bufs if paging and size[b] > 0 and b not in g.results
-                and b not in banned]
-    H: dict[tuple[int, Hashable], int] = {}
-    Pn: dict[tuple[int, Hashable], int] = {}
-    Pl: dict[tuple[int, Hashable], int] = {}
-    Oo: dict[tuple[int, Hashable], int] = {}
-    On: dict[tuple[int, Hashable], int] = {}
-    for b in pageable:
-        for t in range(n):
-            if 1 <= t and pb[b] < t:
-                H[t, b] = V.add(("H", t, b), True)
-                Pn[t, b] = V.add(("Pn", t, b), True, cost=_TIE)
-                if t + 1 < n:
-                    Pl[t, b] = V.add(("Pl", t, b), True, cost=_TIE)
-            if t + 1 < n:
-                if pb[b] < t:
-                    Oo[t, b] = V.add(("Oo", t, b), True, cost=_TIE)
-                if 0 <= pb[b] <= t and (pb[b] == t or recompute):
-                    On[t, b] = V.add(("On", t, b), True, cost=_TIE)
-
-    def avail(t: int, b: Hashable) -> list[tuple[int, float]]:
-        """Terms of "b is resident once stage t's prefetches are issued"."""
-        return [(v[t, b], 1.0) for v in (S, Pn, Pl) if (t, b) in v]
-
-    for t in range(n):
-        for k in range(t + 1):
-            task = tasks[k]
-            for b in task.reads:  # reads resident: computed before in the stage, or carried
-                terms = [(R[t, k], 1.0), (S[t, b], -1.0)]
-                if (t, b) in Pn:
-                    terms.append((Pn[t, b], -1.0))
-                if pb[b] >= 0:
-                    terms.append((R[t, pb[b]], -1.0))
-                C.add(terms, -np.inf, 0.0)
-        for b in bufs:
-            if pb[b] >= 0 and pb[b] < t:  # no recompute while the old copy is resident
-                C.add([(R[t, pb[b]], 1.0)] + avail(t, b), -np.inf, 1.0)
-            if t + 1 < n and pb[b] <= t:  # carried only if resident in this stage
-                terms = [(S[t + 1, b], 1.0)] + [(c, -v) for c, v in avail(t, b)]
-                if pb[b] >= 0:
-                    terms.append((R[t, pb[b]], -1.0))
-                terms += [(v[t, b], 1.0) for v in (Oo, On) if (t, b) in v]
-                C.add(terms, -np.inf, 0.0)
-            if (t, b) in H:
-                C.add([(S[t, b], 1.0), (H[t, b], 1.0)], -np.inf, 1.0)
-                C.add([(Pn[t, b], 1.0), (H[t, b], -1.0)]
-                      + ([(Pl[t, b], 1.0)] if (t, b) in Pl else []), -np.inf, 0.0)
-            if (t, b) in Oo:
-                C.add([(Oo[t, b], 1.0), (S[t, b], -1.0)], -np.inf, 0.0)
-            if (t, b) in On:
-                C.add([(On[t, b], 1.0), (R[t, pb[b]], -1.0)], -np.inf, 0.0)
-            if (t + 1, b) in H:  # on the host next stage: stayed there, or offloaded now
-                terms = [(H[t + 1, b], 1.0)]
-                if (t, b) in H:
-                    terms += [(H[t, b], -1.0), (Pn[t, b], 1.0)]
-                    if (t, b) in Pl:
-                        terms.append((Pl[t, b], 1.0))
-                terms += [(v[t, b], -1.0) for v in (Oo, On) if (t, b) in v]
-                C.add(terms, -np.inf, 0.0)
-                if pb[b] >= 0:  # a recompute drops the host copy (unless offloaded again)
-                    terms = [(H[t + 1, b], 1.0), (R[t, pb[b]], 1.0)]
-                    if (t, b) in On:
-                        terms.append((On[t, b], -1.0))
-                    C.add(terms, -np.inf, 1.0)
+    m = _Model(g, budget, order, bandwidth, recompute, no_offload)
+    _add_compute_vars(m)
+    _add_paging_vars(m)
+    for t in range(m.n):
+        _add_stage_constraints(m, t)
     # Needed-later (N) and resident (L) variables, then memory per step. N[t,k,b] only
     # changes at the steps that read b, and L[t,k,b] also where b is written, so steps
     # between two readers share one N and one L variable (an exact reformulation).
-    for t in range(n):
-        mem_terms: list[list[tuple[int, float]]] = [[] for _ in range(t + 1)]
-        pre_terms: list[tuple[int, float]] = []
-        for b in bufs:
-            if pb[b] > t:
-                continue
-            carried = S.get((t + 1, b))
-            end_needed = t + 1 == n and b in g.results
-            top: int | None = None  # used after the stage's last reader of b
-            if carried is not None:
-                top = V.add(("N", t, "end", b), False)
-                C.add([(top, 1.0), (carried, -1.0)]
-                      + [(v[t, b], -1.0) for v in (Oo, On) if (t, b) in v], 0.0, np.inf)
-            elif end_needed:
-                top = V.add(("N", t, "end", b), False, 1.0, 1.0)
-            n_at: list[int | None] = [None] * (t + 1)
-            cur = top
-            for k in range(t, -1, -1):
-                if k in readers_at[b]:
-                    nk = V.add(("N", t, k, b), False)
-                    if cur is not None:
-                        C.add([(nk, 1.0), (cur, -1.0)], 0.0, np.inf)
-                    C.add([(nk, 1.0), (R[t, k], -1.0)], 0.0, np.inf)
-                    cur = nk
-                n_at[k] = cur
-            n0 = n_at[0]
-            if (t, b) in Pn:  # a prefetched buffer is used in the stage or carried
-                terms = [(Pn[t, b], 1.0)] + ([(Pl[t, b], 1.0)] if (t, b) in Pl else [])
-                C.add(terms + ([(n0, -1.0)] if n0 is not None else []), -np.inf, 0.0)
-                if size[b]:
-                    lp = V.add(("Lp", t, b), False)
-                    C.add([(lp, 1.0)] + [(c, -v) for c, v in terms], 0.0, np.inf)
-                    pre_terms.append((lp, size[b] / scale))
-            if (t, b) in S and n0 is not None and size[b] and any(
-                    (t, c) in Pn for c in pageable):
-                lp = V.add(("Ls", t, b), False)
-                C.add([(lp, 1.0), (n0, -1.0), (S[t, b], -1.0)], -1.0, np.inf)
-                pre_terms.append((lp, size[b] / scale))
-            if not size[b]:
-                continue
-            shared: dict[tuple[int, bool], int] = {}
-            for k in range(t + 1):
-                nk_ = n_at[k]
-                if k == pb[b] or nk_ is None:
-                    continue  # the step that writes b counts it as an output
-                written = 0 <= pb[b] < k
-                key = (nk_, written)
-                if key not in shared:
-                    terms = [(c, -v) for c, v in avail(t, b)]
-                    if written:
-                        terms.append((R[t, pb[b]], -1.0))
-                    if not terms:
-                        continue  # b cannot be resident at this step
-                    lk = V.add(("L", t, k, b), False)
-                    C.add([(lk, 1.0), (nk_, -1.0)] + terms, -1.0, np.inf)
-                    shared[key] = lk
-                mem_terms[k].append((shared[key], size[b] / scale))
-        for k in range(t + 1):
-            task = tasks[k]
-            own = (sum(size[w] for w in task.writes) + task.workspace) / scale
-            C.add(mem_terms[k] + [(R[t, k], own)], -np.inf, 1.0)
-        if pre_terms:
-            C.add(pre_terms, -np.inf, 1.0)
-    # Stage times.
-    D: dict[int, int] = {}
-    if paging:
-        bw = float(bandwidth)  # type: ignore[arg-type]
-        x = {b: (0.0 if math.isinf(bw) else size[b] / bw) / total for b in bufs}
-        for t in range(n):
-            D[t] = V.add(("D", t), False, 0.0, np.inf, 1.0)
-            comp = [(R[t, k], -tasks[k].time / total) for k in range(t + 1)]
-            pn = [(Pn[t, b], -x[b]) for b in pageable if (t, b) in Pn]
-            pl = [(Pl[t, b], -x[b]) for b in pageable if (t, b) in Pl]
-            oo = [(Oo[t, b], -x[b]) for b in pageable if (t, b) in Oo]
-            on = [(On[t, b], -x[b]) for b in pageable if (t, b) in On]
-            C.add([(D[t], 1.0)] + pn + comp + on, 0.0, np.inf)
-            if pn or pl or oo or on:
-                C.add([(D[t], 1.0)] + pn + pl + oo + on, 0.0, np.inf)
-        if cutoff is not None:
-            C.add([(D[t], 1.0) for t in range(n)], 0.0, cutoff / total * (1 + 1e-9) + 1e-12)
+    for t in range(m.n):
+        _add_memory(m, t)
+    if m.paging:
+        _add_stage_times(m, cutoff)
+    V, C = m.V, m.C
     nv = len(V.lo)
     A = coo_array((C.v, (C.r, C.c)), shape=(len(C.lo), nv)).tocsr()
     res = milp(np.array(V.cost), constraints=LinearConstraint(A, C.lo, C.hi),
@@ -413,31 +520,10 @@ def _solve(g: TaskGraph, budget: int, order: Sequence[Hashable] | None, time_lim
     sol = res.x
     bound = getattr(res, "mip_dual_bound", None)
     info: dict[str, Any] = {
-        "optimal": bool(res.status == 0), "objective": float(res.fun) * total,
-        "bound": float(bound) * total if bound is not None else None,
+        "optimal": bool(res.status == 0), "objective": float(res.fun) * m.total,
+        "bound": float(bound) * m.total if bound is not None else None,
         "variables": nv, "constraints": len(C.lo)}
-    if not paging:
-        seq = [order[k] for t in range(n) for k in range(t + 1) if sol[R[t, k]] > 0.5]
+    if not m.paging:
+        seq = [order[k] for t in range(m.n) for k in range(t + 1) if sol[m.R[t, k]] > 0.5]
         return plan_from_sequence(g, seq, budget=budget, method="milp", info=info)
-
-    def chosen(v: dict[tuple[int, Hashable], int], t: int) -> tuple[Hashable, ...]:
-        return tuple(b for b in pageable if (t, b) in v and sol[v[t, b]] > 0.5)
-
-    stages: list[Stage] = [
-        (chosen(Pn, t), chosen(Pl, t),
-         tuple(order[k] for k in range(t + 1) if sol[R[t, k]] > 0.5),
-         chosen(Oo, t), chosen(On, t)) for t in range(n)]
-    xs = {b: (0.0 if math.isinf(bw) else size[b] / bw) for b in bufs}
-
-    def cost(pn: Iterable[Hashable], pl: Iterable[Hashable], comps: Iterable[Hashable],
-             oo: Iterable[Hashable], on: Iterable[Hashable]) -> float:
-        """The staged time of one stage, from its discrete choices (no solver tolerance)."""
-        xn, xl, xo, xw = (sum(xs[b] for b in v) for v in (pn, pl, oo, on))
-        c = sum(g.tasks[k].time for k in comps)
-        return max(xn + c + xw, xn + xl + xo + xw)
-
-    times = [cost(*st) for st in stages]
-    info.update({"objective": sum(times), "offload_bandwidth": bandwidth, "paging": True,
-                 "stage_times": times,
-                 "solver_objective": sum(float(sol[D[t]]) for t in range(n)) * total})
-    return staged_plan(g, stages, budget=budget, method="milp", info=info)
+    return _paging_plan(m, sol, budget, info)
