@@ -128,8 +128,10 @@ class SpmvWhole:
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
         dt = self.np_dtype
-        if type(x) is np.ndarray and x.dtype == dt and A.data.dtype == dt and x.ndim == 1 \
-                and A.indptr.dtype == A.indices.dtype:
+        if type(x) is not np.ndarray:
+            x = np.asarray(x)
+        if x.dtype == dt and A.data.dtype == dt and x.ndim == 1 and \
+                A.indptr.dtype == A.indices.dtype:
             n, m = A.shape
             # scipy's kernel reads without checks: the index arrays may have changed since
             # inspection (a PatternError, never an out-of-bounds read)
@@ -137,13 +139,7 @@ class SpmvWhole:
             out = np.zeros(n, dtype=dt)
             _st.csr_matvec(n, m, A.indptr, A.indices, A.data, x, out)
             return out
-        x = np.asarray(x)
-        if _matvec_ok(A, x, self.dtype):
-            K.check_indices(A.indptr, A.indices, A.shape[1], 0, A.shape[0])
-            out = np.zeros(A.shape[0], dtype=self.dtype)
-            _st.csr_matvec(A.shape[0], A.shape[1], A.indptr, A.indices, A.data, x, out)
-            return out
-        return np.asarray(A @ x).astype(self.dtype, copy=False)
+        return np.asarray(A @ x).astype(dt, copy=False)
 
 
 class FullPattern:
