@@ -15,7 +15,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from thrifty.errors import FormatError, ShapeError, SpecError
-from thrifty.numerics.formats import get_format
+from thrifty.numerics.formats import Format, get_format
 from thrifty.numerics.units import checks
 from thrifty.numerics.units.exact import (
     _add_last,
@@ -32,6 +32,8 @@ from thrifty.numerics.units.kernels import (
     compiled_eligible,
     compiled_kernels,
     kernel_params,
+    lane_kernels,
+    lanes_eligible,
     tiled_eligible,
 )
 from thrifty.numerics.units.model import UnitModel
@@ -151,10 +153,16 @@ class Unit:
         pb = decompose(B.reshape(-1, K), fin, self.model.subnormals_in, "b")
         c0 = np.where(special, 0.0, C).reshape(-1)
         if use_compiled:
-            kernels = compiled_kernels()
             ip, maxfin = kernel_params(self.model)
             flat = np.empty(c0.shape)
-            kernels[0](*(np.ascontiguousarray(x) for x in pa + pb), c0, flat, ip, maxfin)
+            if lanes_eligible(self.model):
+                fa, ea = _lane_operands(pa, fin)
+                fb, eb = _lane_operands(pb, fin)
+                lane_kernels()[0](*_packed_columns(fa.T, ea.T), *_packed_columns(fb.T, eb.T),
+                                  c0, flat, ip, maxfin)
+            else:
+                compiled_kernels()[0](*(np.ascontiguousarray(x) for x in pa + pb), c0, flat,
+                                      ip, maxfin)
         else:
             flat = self._chain(pa, pb, c0)
         return np.where(special, value, flat.reshape(shape))
@@ -221,7 +229,13 @@ class Unit:
             out = np.empty((m, n))
             C = np.ascontiguousarray(C, dtype=np.float64)
             _, tiled, by_rows = compiled_kernels()
-            if tiled_eligible(self.model):
+            if lanes_eligible(self.model):
+                fa, ea = _lane_operands(pa, fin)
+                bfp, ebp = _packed_columns(*_lane_operands(pb, fin))
+                for i0, i1 in _row_chunks(m, n, k, progress):
+                    lane_kernels()[1](fa[i0:i1], ea[i0:i1], bfp, ebp, C[i0:i1], out[i0:i1],
+                                      ip, maxfin)
+            elif tiled_eligible(self.model):
                 sa, ea = _signed(pa), np.ascontiguousarray(pa[1])
                 sbp, ebp = _packed_columns(_signed(pb), pb[1])
                 for i0, i1 in _row_chunks(m, n, k, progress):
@@ -268,16 +282,30 @@ def _row_chunks(m: int, n: int, k: int, progress: bool | None) -> Iterator[tuple
             bar.update(task, completed=min(m, i0 + step))
 
 
+def _lane_operands(parts: tuple[np.ndarray, ...],
+                   fmt: Format) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, exponents)`` of decomposed operands for the lane kernels: binary64 values
+    as the unit reads them (subnormals flushed when it flushes them) and the exponents,
+    ``_NO_TERM`` for zeros."""
+    from thrifty.numerics.units.compiled import _NO_TERM
+
+    m, e, neg = parts
+    v = np.ldexp(np.where(neg, -m, m).astype(np.float64), (e - (fmt.precision - 1)))
+    return (np.ascontiguousarray(v),
+            np.ascontiguousarray(np.where(m != 0, e, _NO_TERM), dtype=np.int64))
+
+
 def _packed_columns(sb: np.ndarray, eb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """B's signed significands and exponents (k, n) as ``(ceil(n / BJ), k, BJ)`` blocks of
-    contiguous columns, zero-padded (zero terms never count), for the compiled GEMM."""
-    from thrifty.numerics.units.compiled import BJ
+    """B's significands (or values) and exponents (k, n) as ``(ceil(n / BJ), k, BJ)``
+    blocks of contiguous columns for the compiled GEMM, padded with zero terms (a zero
+    significand or value; the exponent ``_NO_TERM`` for float values, 0 otherwise)."""
+    from thrifty.numerics.units.compiled import _NO_TERM, BJ
 
     k, n = sb.shape
     nb = -(-n // BJ)
     out = []
-    for x in (sb, eb):
-        padded = np.zeros((k, nb * BJ), dtype=np.int64)
+    for x, fill in ((sb, 0), (eb, _NO_TERM if sb.dtype == np.float64 else 0)):
+        padded = np.full((k, nb * BJ), fill, dtype=x.dtype)
         padded[:, :n] = x
         out.append(np.ascontiguousarray(padded.reshape(k, nb, BJ).transpose(1, 0, 2)))
     return out[0], out[1]

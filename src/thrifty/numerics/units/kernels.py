@@ -58,6 +58,33 @@ def tiled_eligible(md: UnitModel) -> bool:
             and fout.emax <= 1000)
 
 
+def lanes_eligible(md: UnitModel) -> bool:
+    """Models the binary64-lane kernels (:mod:`.lanes`) compute exactly: tiled-eligible,
+    input significands of at most 26 bits, a step's aligned sum below ``2^53``, and every
+    power of two the alignment scales by, and every scaled product, inside binary64's
+    range (see that module)."""
+    if not tiled_eligible(md):
+        return False
+    fin, facc = get_format(md.input), get_format(md.accumulator)
+    F = md.window_bits
+    assert F is not None
+    z = 0 if md.zero_exp is None else md.zero_exp
+    lo = min(2 * fin.emin, facc.emin, z)
+    hi = max(2 * (fin.emax + 1), facc.emax, z)
+    return (fin.precision <= 26 and F + 4 + md.fma.bit_length() <= 52
+            and F + 2 - lo <= 1000 and hi <= 1000
+            and 2 * (fin.emin - fin.precision + 1) - hi >= -1000)
+
+
+@functools.cache
+def lane_kernels() -> tuple[Callable[..., None], Callable[..., None]]:
+    """The ``(dots_lanes, gemm_lanes)`` kernels of :mod:`.lanes` (models of
+    :func:`lanes_eligible`), imported (so jitted lazily) on first call."""
+    from thrifty.numerics.units import lanes
+
+    return lanes.dots_lanes, lanes.gemm_lanes
+
+
 @functools.cache
 def compiled_kernels() -> tuple[Callable[..., None], Callable[..., None],
                                 Callable[..., None]]:
