@@ -9,9 +9,13 @@
 3. A bf16 GEMM under the H100 model (compiled engine 1024^3 and numpy engine 256^3 in
    full mode; both 128^3 in --quick): seconds, products/s, ratio to numpy float32 matmul,
    and its error against float64 within the a priori bound.
-4. The compiled GEMM kernels side by side on the same inputs (1024^3, or 128^3 in
-   --quick; bf16 and E4M3 on H100 and B200, bf16 on A100): the tiled kernel that
-   ``matmul`` runs against the per-entry kernel, equal bits and the time ratio.
+4. GEMM speed (1024^3, or 128^3 in --quick; binary32 output): bf16, E4M3 and E5M2 on the
+   H100 and B200 presets, ``mma.sync`` (Khattak-Mikaitis) and ``wgmma`` / ``tcgen05.mma``
+   (MMA-Sim) rows: wall and CPU seconds of the compiled engine, the former integer tiled
+   kernel on the same inputs (equal bits, time ratio) and MMA-Sim (``mmasim``) on the same
+   inputs where it models the instruction: equal bits at 256^3 (64^3 in --quick) and its
+   time there, extrapolated to the full size by the cube of the size ratio (measured at
+   half that size too, to check the scaling).
 
 Usage: ``python benchmarks/numerics_units.py [--quick]``; writes
 ``benchmarks/results/numerics_units.json``.
@@ -34,6 +38,7 @@ import scipy
 from rich.console import Console
 from rich.table import Table
 
+from thrifty.numerics import crosscheck as xc
 from thrifty.numerics.bounds import a_priori_bound, dot_magnitude
 from thrifty.numerics.formats import get_format
 from thrifty.numerics.units import (
@@ -158,37 +163,112 @@ def bench_gemm(size: int, engine: str) -> dict[str, object]:
             "magnitude_check": bool(np.allclose(mu_check, mu[rows], rtol=1e-12))}
 
 
-def bench_gemm_kernels(size: int) -> list[dict[str, object]]:
-    """The compiled GEMM kernels on the same inputs: the tiled kernel (``matmul``'s compiled
-    engine) against the per-entry kernel (one chain of steps per ``(i, j)``, the engine
-    before the tiled one): equal bits, and the time ratio."""
+SPEED_CONFIGS = [("h100", "bf16", "mma.sync"), ("h100", "e4m3", "mma.sync"),
+                 ("h100", "e5m2", "mma.sync"), ("b200", "bf16", "mma.sync"),
+                 ("b200", "e4m3", "mma.sync"), ("b200", "e5m2", "mma.sync"),
+                 ("h100", "bf16", "wgmma"), ("h100", "e4m3", "wgmma"), ("h100", "e5m2", "wgmma"),
+                 ("b200", "bf16", "tcgen05.mma"), ("b200", "e4m3", "tcgen05.mma"),
+                 ("b200", "e5m2", "tcgen05.mma")]
+
+
+def _timed(f: Callable[..., np.ndarray], *args: object,
+           **kw: object) -> tuple[np.ndarray, float, float]:
+    """``(f(*args, **kw), wall seconds, CPU seconds of all threads)`` of one call."""
+    c, t = time.process_time(), time.perf_counter()
+    out = f(*args, **kw)
+    return out, time.perf_counter() - t, time.process_time() - c
+
+
+def _integer_tiled(u: object, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """The former compiled GEMM (integer significands, tiled) on the same inputs."""
+    from thrifty.numerics.units.engine import _packed_columns, _signed
+
+    md = u.model  # type: ignore[attr-defined]
+    fmt = get_format(md.input)
+    pa, pb = decompose(A, fmt, md.subnormals_in, "A"), decompose(B, fmt, md.subnormals_in, "B")
+    ip, maxfin = kernel_params(md)
+    out = np.empty(C.shape)
+    sbp, ebp = _packed_columns(_signed(pb), pb[1])
+    compiled_kernels()[1](_signed(pa), np.ascontiguousarray(pa[1]), sbp, ebp, C, out, ip,
+                          maxfin)
+    return out
+
+
+def _mmasim_gemm(key: str, A: np.ndarray, B: np.ndarray, C: np.ndarray) -> np.ndarray:
+    """MMA-Sim's model of the instruction (``op(A, B, C)``: the whole GEMM, its chain of
+    steps over k), as float64."""
+    from mmasim import nv_ptx
+
+    import torch
+
+    cfg = xc.CONFIGS[key]
+    op = getattr(nv_ptx, cfg.sim)(cfg.sim_arch, cfg.shape)
+    with torch.no_grad():
+        D = op(*(torch.from_numpy(np.ascontiguousarray(x)).to(t)
+                 for x, t in ((A, op.a_type), (B, op.b_type), (C, op.c_type))))
+    return D.double().numpy()
+
+
+def bench_gemm_speed(size: int, sim_size: int) -> list[dict[str, object]]:
+    """``D = C + A @ B`` (binary32 output) on the Hopper and Blackwell presets at ``size``^3:
+    the compiled engine (binary64-lane kernel) against the former integer tiled kernel on
+    the same inputs (equal bits, time ratio), and against MMA-Sim where it models the
+    instruction: equal bits at ``sim_size``^3 on the leading blocks of the same inputs,
+    MMA-Sim's time measured at ``sim_size`` and ``sim_size / 2`` and extrapolated to
+    ``size`` by the cube of the size ratio (its cost is per product)."""
     rows = []
-    rng = np.random.default_rng(3)
-    _, _, per_entry = compiled_kernels()
-    for name, fin in [("h100", "bf16"), ("h100", "e4m3"), ("b200", "bf16"), ("b200", "e4m3"),
-                      ("a100", "bf16")]:
-        u = unit(name, input=fin, output="fp32")
+    have_sim = xc.mmasim_available() is None
+    if have_sim:
+        import torch
+        torch.set_num_threads(os.cpu_count() or 1)
+    for name, fin, instr in SPEED_CONFIGS:
+        rng = np.random.default_rng(4)
+        u = unit(name, input=fin, output="fp32", instruction=instr)
         A, B = values(rng, (size, size), fin), values(rng, (size, size), fin)
         C = rng.standard_normal((size, size)).astype(np.float32).astype(np.float64)
-        u.matmul(A[:4, :64], B[:64, :4], C[:4, :4], engine="compiled")  # compile / load
-        t = time.perf_counter()
-        D = u.matmul(A, B, C, engine="compiled")
-        t_tiled = time.perf_counter() - t
-        fmt = get_format(u.model.input)
-        pa = decompose(A, fmt, u.model.subnormals_in, "A")
-        pb = tuple(np.ascontiguousarray(x.T) for x in decompose(B, fmt, True, "B"))
-        ip, maxfin = kernel_params(u.model)
-        out = np.empty((size, size))
-        small = [np.ascontiguousarray(x[:4, :64]) for x in pa + pb]
-        per_entry(*small, C[:4, :4].copy(), np.empty((4, 4)), ip, maxfin)  # compile / load
-        t = time.perf_counter()
-        per_entry(*pa, *pb, C, out, ip, maxfin)
-        t_entry = time.perf_counter() - t
-        rows.append({"unit": name, "input": fin, "m=n=k": size, "tiled_seconds": t_tiled,
-                     "per_entry_seconds": t_entry, "speedup": t_entry / t_tiled,
-                     "equal_bits": bool(np.array_equal(D.view(np.uint64),
-                                                       out.view(np.uint64)))})
+        u.matmul(A[:4, :64], B[:64, :4], C[:4, :4])  # compile / load the cache
+        _integer_tiled(u, A[:4, :64], B[:64, :4], C[:4, :4].copy())
+        D, wall, cpu = _timed(u.matmul, A, B, C, progress=False)
+        old, old_wall, old_cpu = _timed(_integer_tiled, u, A, B, C)
+        row: dict[str, object] = {
+            "unit": name, "input": fin, "instruction": instr, "m=n=k": size,
+            "seconds": wall, "cpu_seconds": cpu, "former_kernel_seconds": old_wall,
+            "former_kernel_cpu_seconds": old_cpu, "speedup_vs_former_cpu": old_cpu / cpu,
+            "equal_bits_former": bool(np.array_equal(D.view(np.uint64), old.view(np.uint64)))}
+        key = f"{name}/{fin}/fp32" + ("" if instr == "mma.sync" else f"/{instr}")
+        if have_sim and key in xc.CONFIGS:
+            s, h = sim_size, sim_size // 2
+            _, t_half, _ = _timed(_mmasim_gemm, key, A[:h, :h], B[:h, :h], C[:h, :h])
+            S, t_sim, c_sim = _timed(_mmasim_gemm, key, A[:s, :s], B[:s, :s], C[:s, :s])
+            ours = u.matmul(A[:s, :s], B[:s, :s], C[:s, :s])
+            scale = (size / s) ** 3
+            row.update({"mmasim_size": s, "mmasim_seconds": t_sim, "mmasim_cpu_seconds": c_sim,
+                        "mmasim_half_size_seconds": t_half,
+                        "mmasim_seconds_extrapolated": t_sim * scale,
+                        "mmasim_over_thrifty_wall": t_sim * scale / wall,
+                        "mmasim_over_thrifty_cpu": c_sim * scale / cpu,
+                        "equal_bits_mmasim": bool(xc.same_bits(ours, S, "binary32").all())})
+        rows.append(row)
     return rows
+
+
+def speed_table(rows: list[dict[str, object]]) -> Table:
+    t = Table(title=f"Unit GEMM, {rows[0]['m=n=k']}^3, binary32 output (wall / CPU seconds)")
+    for col in ("unit", "input", "instruction", "thrifty s", "thrifty CPU s", "former CPU s",
+                "former / thrifty", "equal", "MMA-Sim s (at size)", "MMA-Sim s extrap.",
+                "MMA-Sim / thrifty", "equal (MMA-Sim)"):
+        t.add_column(col)
+    for r in rows:
+        sim = "mmasim_seconds" in r
+        t.add_row(str(r["unit"]), str(r["input"]), str(r["instruction"]),
+                  f"{r['seconds']:.2f}", f"{r['cpu_seconds']:.2f}",
+                  f"{r['former_kernel_cpu_seconds']:.2f}", f"{r['speedup_vs_former_cpu']:.1f}",
+                  str(r["equal_bits_former"]),
+                  f"{r['mmasim_seconds']:.1f} ({r['mmasim_size']}^3)" if sim else "-",
+                  f"{r['mmasim_seconds_extrapolated']:.0f}" if sim else "-",
+                  f"{r['mmasim_over_thrifty_wall']:.0f}" if sim else "-",
+                  str(r["equal_bits_mmasim"]) if sim else "-")
+    return t
 
 
 def main() -> None:
@@ -231,18 +311,14 @@ def main() -> None:
         t.add_row(*[f"{g[key]:.4g}" if isinstance(g[key], float) else str(g[key])
                     for key in keys])
     console.print(t)
-    kern = bench_gemm_kernels(size)
-    t = Table(title=f"Compiled GEMM kernels, {size}^3, binary32 output, same inputs")
-    for key in kern[0]:
-        t.add_column(key)
-    for r in kern:
-        t.add_row(*[f"{v:.3g}" if isinstance(v, float) else str(v) for v in r.values()])
-    console.print(t)
+    speed = bench_gemm_speed(size, 64 if args.quick else 256)
+    console.print(speed_table(speed))
     out = Path(__file__).parent / "results" / "numerics_units.json"
     out.parent.mkdir(exist_ok=True)
     out.write_text(json.dumps({"machine": info, "mode": "quick" if args.quick else "full",
                                "validation": val, "throughput": thr, "gemm": gemm,
-                               "gemm_kernels": kern},
+                               "gemm_speed": speed,
+                               "load_average": os.getloadavg()},
                               indent=2))
     console.print(f"wrote {out}")
 

@@ -134,3 +134,31 @@ def test_windows_too_wide_for_binary64_lanes_keep_the_integer_kernel() -> None:
         a, b = A[:, None, :].repeat(3, 1), B.T[None, :3, :].repeat(17, 0)
         assert _same(u.dot(a, b, C[:, :3], engine="compiled"),
                      u.dot(a, b, C[:, :3], engine="numpy"))
+
+
+def test_values_outside_the_input_format_are_refused_by_the_lane_path() -> None:
+    u = unit("h100", input="e4m3", output="fp32")
+    A = np.ones((3, 40))
+    A[2, 7] = 1.0625  # needs 4 fraction bits; E4M3 has 3
+    with pytest.raises(FormatError, match="1.0625"):
+        u.matmul(A, np.ones((40, 2)))
+    with pytest.raises(FormatError, match="1.0625"):
+        u.dot(A, np.ones((3, 40)))
+    with pytest.raises(FormatError, match="500"):
+        u.dot(np.full(40, 500.0), np.ones(40))  # above E4M3's 448
+
+
+def test_flushed_subnormal_inputs_in_the_lane_path() -> None:
+    """A model that flushes subnormal inputs reads them as zeros in both lane drivers."""
+    model = UnitModel("ftz", "bf16", "binary32", fma=8, align_bits=1, subnormals_in=False,
+                      zero_exp=-130)
+    assert lanes_eligible(model)
+    rng = np.random.default_rng(12)
+    A, B, C = _adversarial(rng, "bfloat16", "binary32", 20, 29, 67)
+    u = unit(model)
+    got = u.matmul(A, B, C, engine="compiled")
+    assert _same(got, u.matmul(A, B, C, engine="numpy"))
+    flushed = np.where(np.abs(A) < 2.0**-126, 0.0, A)
+    assert _same(got, u.matmul(flushed, B, C, engine="compiled"))
+    assert not _same(got, unit(UnitModel("sub", "bf16", "binary32", fma=8, align_bits=1,
+                                         zero_exp=-130)).matmul(A, B, C))

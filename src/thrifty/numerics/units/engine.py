@@ -149,23 +149,47 @@ class Unit:
         B = np.where(fine, B, 0.0)
         fin = get_format(self.model.input)
         shape, K = C.shape, A.shape[-1]
+        c0 = np.where(special, 0.0, C).reshape(-1)
+        if use_compiled and lanes_eligible(self.model):
+            flat = self._lane_dots(A.reshape(-1, K), B.reshape(-1, K), c0)
+            return np.where(special, value, flat.reshape(shape))
         pa = decompose(A.reshape(-1, K), fin, self.model.subnormals_in, "a")
         pb = decompose(B.reshape(-1, K), fin, self.model.subnormals_in, "b")
-        c0 = np.where(special, 0.0, C).reshape(-1)
         if use_compiled:
             ip, maxfin = kernel_params(self.model)
             flat = np.empty(c0.shape)
-            if lanes_eligible(self.model):
-                fa, ea = _lane_operands(pa, fin)
-                fb, eb = _lane_operands(pb, fin)
-                lane_kernels()[0](*_packed_columns(fa.T, ea.T), *_packed_columns(fb.T, eb.T),
-                                  c0, flat, ip, maxfin)
-            else:
-                compiled_kernels()[0](*(np.ascontiguousarray(x) for x in pa + pb), c0, flat,
-                                      ip, maxfin)
+            compiled_kernels()[0](*(np.ascontiguousarray(x) for x in pa + pb), c0, flat, ip,
+                                  maxfin)
         else:
             flat = self._chain(pa, pb, c0)
         return np.where(special, value, flat.reshape(shape))
+
+    def _lane_dots(self, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
+        """Finite ``(N, K)`` operands and addends: the dot products, ``BJ`` side by side in
+        the lane kernel (models of :func:`lanes_eligible`)."""
+        fin, sub = get_format(self.model.input), self.model.subnormals_in
+        fa, ea = _lane_split(a.T, fin, sub, "a", packed=True)
+        fb, eb = _lane_split(b.T, fin, sub, "b", packed=True)
+        ip, maxfin = kernel_params(self.model)
+        out = np.empty(c.shape)
+        lane_kernels()[0](fa, ea, fb, eb, np.ascontiguousarray(c), out, ip, maxfin)
+        return out
+
+    def _lane_gemm(self, A: np.ndarray, B: np.ndarray, C: np.ndarray,
+                   progress: bool | None) -> np.ndarray:
+        """``C + A @ B`` of finite operands in the lane kernel, blocks of rows and columns
+        in parallel threads, behind a progress bar for a large product."""
+        fin, sub = get_format(self.model.input), self.model.subnormals_in
+        fa, ea = _lane_split(A, fin, sub, "A", packed=False)
+        bfp, ebp = _lane_split(B, fin, sub, "B", packed=True)
+        ip, maxfin = kernel_params(self.model)
+        (m, k), n = A.shape, B.shape[1]
+        C = np.ascontiguousarray(C, dtype=np.float64)
+        out = np.empty((m, n))
+        for i0, i1 in _row_chunks(m, n, k, progress):
+            lane_kernels()[1](fa[i0:i1], ea[i0:i1], bfp, ebp, C[i0:i1], out[i0:i1], ip,
+                              maxfin)
+        return out
 
     def _use_compiled(self, engine: str) -> bool:
         engine = checks.engine_name(engine)
@@ -221,6 +245,8 @@ class Unit:
                             engine=engine)
         fin = get_format(self.model.input)
         _check_values(C, get_format(self.model.output), "addend C")
+        if use_compiled and lanes_eligible(self.model):
+            return self._lane_gemm(A, B, C, progress)
         pa = decompose(A, fin, self.model.subnormals_in, "A")
         pb = decompose(B, fin, self.model.subnormals_in, "B")
         pbt = tuple(x.T for x in pb)
@@ -229,13 +255,7 @@ class Unit:
             out = np.empty((m, n))
             C = np.ascontiguousarray(C, dtype=np.float64)
             _, tiled, by_rows = compiled_kernels()
-            if lanes_eligible(self.model):
-                fa, ea = _lane_operands(pa, fin)
-                bfp, ebp = _packed_columns(*_lane_operands(pb, fin))
-                for i0, i1 in _row_chunks(m, n, k, progress):
-                    lane_kernels()[1](fa[i0:i1], ea[i0:i1], bfp, ebp, C[i0:i1], out[i0:i1],
-                                      ip, maxfin)
-            elif tiled_eligible(self.model):
+            if tiled_eligible(self.model):
                 sa, ea = _signed(pa), np.ascontiguousarray(pa[1])
                 sbp, ebp = _packed_columns(_signed(pb), pb[1])
                 for i0, i1 in _row_chunks(m, n, k, progress):
@@ -282,30 +302,39 @@ def _row_chunks(m: int, n: int, k: int, progress: bool | None) -> Iterator[tuple
             bar.update(task, completed=min(m, i0 + step))
 
 
-def _lane_operands(parts: tuple[np.ndarray, ...],
-                   fmt: Format) -> tuple[np.ndarray, np.ndarray]:
-    """``(values, exponents)`` of decomposed operands for the lane kernels: binary64 values
-    as the unit reads them (subnormals flushed when it flushes them) and the exponents,
-    ``_NO_TERM`` for zeros."""
-    from thrifty.numerics.units.compiled import _NO_TERM
+def _lane_split(x: np.ndarray, fmt: Format, subnormals: bool, what: str, *,
+                packed: bool) -> tuple[np.ndarray, np.ndarray]:
+    """``(values, exponents)`` of finite operands for the lane kernels: binary64 values as
+    the unit reads them (subnormals flushed when it flushes them), exponents ``_NO_TERM``
+    for zeros; ``x`` (k, n) packed in column blocks ``(ceil(n / BJ), k, BJ)``, or as it is.
 
-    m, e, neg = parts
-    v = np.ldexp(np.where(neg, -m, m).astype(np.float64), (e - (fmt.precision - 1)))
-    return (np.ascontiguousarray(v),
-            np.ascontiguousarray(np.where(m != 0, e, _NO_TERM), dtype=np.int64))
+    Raises
+    ------
+    FormatError
+        A value that is not in ``fmt`` (named by :func:`decompose`).
+    """
+    from thrifty.numerics.units.compiled import BJ
+
+    x = np.asarray(x, dtype=np.float64)
+    shape = (-(-x.shape[1] // BJ), x.shape[0], BJ) if packed else x.shape
+    vals, exps = np.empty(shape), np.empty(shape, dtype=np.int64)
+    split = lane_kernels()[3 if packed else 2]
+    if split(x, fmt.precision, fmt.emin, float(fmt.max_finite), subnormals, vals, exps):
+        decompose(x, fmt, subnormals, what)  # raises, naming the first such value
+        raise FormatError(f"{what}: values outside {fmt.name}")  # pragma: no cover
+    return vals, exps
 
 
 def _packed_columns(sb: np.ndarray, eb: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """B's significands (or values) and exponents (k, n) as ``(ceil(n / BJ), k, BJ)``
-    blocks of contiguous columns for the compiled GEMM, padded with zero terms (a zero
-    significand or value; the exponent ``_NO_TERM`` for float values, 0 otherwise)."""
-    from thrifty.numerics.units.compiled import _NO_TERM, BJ
+    """B's signed significands and exponents (k, n) as ``(ceil(n / BJ), k, BJ)`` blocks of
+    contiguous columns, zero-padded (zero terms never count), for the compiled GEMM."""
+    from thrifty.numerics.units.compiled import BJ
 
     k, n = sb.shape
     nb = -(-n // BJ)
     out = []
-    for x, fill in ((sb, 0), (eb, _NO_TERM if sb.dtype == np.float64 else 0)):
-        padded = np.full((k, nb * BJ), fill, dtype=x.dtype)
+    for x in (sb, eb):
+        padded = np.zeros((k, nb * BJ), dtype=np.int64)
         padded[:, :n] = x
         out.append(np.ascontiguousarray(padded.reshape(k, nb, BJ).transpose(1, 0, 2)))
     return out[0], out[1]

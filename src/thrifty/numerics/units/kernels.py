@@ -77,12 +77,13 @@ def lanes_eligible(md: UnitModel) -> bool:
 
 
 @functools.cache
-def lane_kernels() -> tuple[Callable[..., None], Callable[..., None]]:
-    """The ``(dots_lanes, gemm_lanes)`` kernels of :mod:`.lanes` (models of
-    :func:`lanes_eligible`), imported (so jitted lazily) on first call."""
+def lane_kernels() -> tuple[Callable[..., None], Callable[..., None], Callable[..., int],
+                            Callable[..., int]]:
+    """The ``(dots_lanes, gemm_lanes, split_rows, split_packed)`` kernels of :mod:`.lanes`
+    (models of :func:`lanes_eligible`), imported (so jitted lazily) on first call."""
     from thrifty.numerics.units import lanes
 
-    return lanes.dots_lanes, lanes.gemm_lanes
+    return lanes.dots_lanes, lanes.gemm_lanes, lanes.split_rows, lanes.split_packed
 
 
 @functools.cache

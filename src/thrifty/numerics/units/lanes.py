@@ -341,3 +341,50 @@ def dots_lanes(afp, eap, bfp, ebp, c, out, ip, maxfin):
         acc[0, :wd] = c[r0:r0 + wd]
         _chain(afp[blk], eap[blk], True, 0, bfp[blk], ebp[blk], acc, ip, maxfin)
         out[r0:r0 + wd] = acc[0, :wd]
+
+
+@_inline
+def _split(x, p, emin, maxfin, subnormals):
+    """``(value, exponent, ok)`` of a finite binary64 ``x`` read in a format of precision
+    ``p`` (``value`` 0 and ``exponent`` ``_NO_TERM`` for a zero or a flushed subnormal);
+    ``ok`` is false when ``x`` is not a value of the format (``decompose`` then names it)."""
+    a = abs(x)
+    e = max(((np.float64(a).view(np.int64) >> 52) & 0x7FF) - 1023, emin)
+    m = a * _pow2(min(max(p - 1 - e, -1000), 1000))
+    ok = (m == np.floor(m)) & (a <= maxfin)
+    live = (a != 0.0) & (subnormals | (a >= _pow2(emin)))
+    return (x if live else 0.0), (e if live else _NO_TERM), ok
+
+
+@_par
+def split_rows(x, p, emin, maxfin, subnormals, vals, exps):
+    """``vals``/``exps`` (same shape as ``x``, 2-D): :func:`_split` of each entry; returns
+    the number of entries that are not values of the format."""
+    bad = 0
+    for i in numba.prange(x.shape[0]):
+        for t in range(x.shape[1]):
+            v, e, ok = _split(x[i, t], p, emin, maxfin, subnormals)
+            vals[i, t] = v
+            exps[i, t] = e
+            bad += 0 if ok else 1
+    return bad
+
+
+@_par
+def split_packed(x, p, emin, maxfin, subnormals, vals, exps):
+    """:func:`split_rows` of ``x`` (k, n) into column blocks ``(ceil(n / BJ), k, BJ)``:
+    ``vals[b, t, j]`` from ``x[t, b BJ + j]``, zero terms in the padding."""
+    n = x.shape[1]
+    bad = 0
+    for b in numba.prange(vals.shape[0]):
+        for t in range(x.shape[0]):
+            for j in range(BJ):
+                col = b * BJ + j
+                if col < n:
+                    v, e, ok = _split(x[t, col], p, emin, maxfin, subnormals)
+                    bad += 0 if ok else 1
+                else:
+                    v, e = 0.0, _NO_TERM
+                vals[b, t, j] = v
+                exps[b, t, j] = e
+    return bad
