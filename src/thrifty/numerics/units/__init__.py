@@ -55,15 +55,19 @@ A K-long dot product, and each entry of a GEMM, is the **recursive sequence of s
 multiple of ``fma`` (the order in which the MATLAB toolbox's ``GEMM.m`` accumulates).
 
 The arithmetic is exact: significands are integers (numpy int64 where the window is narrow
-enough, Python integers in object arrays otherwise) and no float operation can round.
+enough, Python integers in object arrays otherwise) and no operation can round.
 Three implementations compute the same bits and are tested against each other: the
-vectorised numpy engine, a compiled engine (the same step as scalar integer loops, jitted
-with numba; finite windows with ``c`` in the alignment) and :func:`reference_dot`, a plain
-exact-rational specification.
+vectorised numpy engine, a compiled engine (the same step jitted with numba; finite
+windows with ``c`` in the alignment) and :func:`reference_dot`, a plain exact-rational
+specification. Where every aligned term and their sum fit in binary64's 53 bits (every
+preset with a finite window), the compiled engine sums each step's aligned products as
+binary64 integers in vector lanes (:mod:`.lanes`; exact, see there); otherwise it runs
+scalar int64 loops (:mod:`.compiled`).
 
 Modules, one job each: :mod:`.model` (the parameters), :mod:`.exact` (exact integer
 arithmetic of the numpy engine), :mod:`.engine` (:class:`Unit`: ``dot``/``matmul``),
-:mod:`.kernels` and :mod:`.compiled` (the numba engine, compiled on first use),
+:mod:`.kernels`, :mod:`.lanes` and :mod:`.compiled` (the numba engine, compiled on
+first use),
 :mod:`.gpus` (the presets as data, one table per architecture with the source of each
 parameter) and :mod:`.presets` (their lookup), :mod:`.reference` (the exact-rational
 specification), :mod:`.validation` (measured files and bit-exact comparison),

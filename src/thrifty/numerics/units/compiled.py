@@ -1,7 +1,9 @@
 """The compiled engine: one fused step as scalar integer loops, jitted with numba.
 
 The same arithmetic as the numpy engine (:mod:`.exact`), one ``(i, j)`` entry at a time,
-parallel over rows. Imported only through :func:`.kernels.compiled_kernels`; every function
+parallel over rows, and a tiled GEMM on int64 significands. Models whose steps fit
+binary64 lanes run the faster kernels of :mod:`.lanes` instead (they share this module's
+addend and rounding helpers); these kernels take the wider windows. Imported only through :func:`.kernels.compiled_kernels`; every function
 is compiled on its first call (numba's cache keeps the machine code between runs).
 """
 
