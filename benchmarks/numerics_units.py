@@ -17,8 +17,9 @@
    time there, extrapolated to the full size by the cube of the size ratio (measured at
    half that size too, to check the scaling).
 
-Usage: ``python benchmarks/numerics_units.py [--quick]``; writes
-``benchmarks/results/numerics_units.json``.
+Usage: ``python benchmarks/numerics_units.py [--quick] [--speed-only]``; writes
+``benchmarks/results/numerics_units.json`` (``numerics_units_speed.json`` with
+``--speed-only``: section 4 alone).
 """
 
 from __future__ import annotations
@@ -271,10 +272,29 @@ def speed_table(rows: list[dict[str, object]]) -> Table:
     return t
 
 
+def speed_only(size: int, sim_size: int) -> None:
+    """Section 4 alone, with the load average before and after."""
+    console = Console(width=160)
+    before = os.getloadavg()
+    speed = bench_gemm_speed(size, sim_size)
+    console.print(speed_table(speed))
+    out = Path(__file__).parent / "results" / "numerics_units_speed.json"
+    out.parent.mkdir(exist_ok=True)
+    out.write_text(json.dumps({"machine": machine(), "gemm_speed": speed,
+                               "load_average_before": before,
+                               "load_average_after": os.getloadavg()}, indent=2))
+    console.print(f"load average before {before}, after {os.getloadavg()}; wrote {out}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="small sizes (a minute or so)")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="only the GEMM speed table (section 4); writes numerics_units_speed.json")
     args = ap.parse_args()
+    if args.speed_only:
+        speed_only(128 if args.quick else 1024, 64 if args.quick else 256)
+        return
     n, n_ref, size, size_numpy = ((20_000, 100, 128, 128) if args.quick
                                   else (200_000, 1_000, 1024, 256))
     console = Console(width=160)
