@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import ml_dtypes
+import numba
 import numpy as np
 import scipy
 from rich.console import Console
@@ -61,7 +62,18 @@ def machine() -> dict[str, object]:
     return {"platform": platform.platform(), "processor": platform.processor(),
             "python": platform.python_version(), "cpus": os.cpu_count(),
             "numpy": np.__version__, "scipy": scipy.__version__,
-            "ml_dtypes": ml_dtypes.__version__}
+            "ml_dtypes": ml_dtypes.__version__, "numba": numba.__version__,
+            "mmasim": _version("mmasim"), "torch": _version("torch"),
+            "load_average": os.getloadavg()}
+
+
+def _version(dist: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(dist)
+    except PackageNotFoundError:
+        return None
 
 
 def native_dots(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
