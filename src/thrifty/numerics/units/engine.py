@@ -143,10 +143,15 @@ class Unit:
         C = checks.addend(c, A.shape[:-1], "addend c")
         fout = get_format(self.model.output)
         _check_values(C, fout, "addend c")
-        special, value = _specials(A, B, C)
-        fine = np.isfinite(A) & np.isfinite(B) & ~special[..., None]
-        A = np.where(fine, A, 0.0)
-        B = np.where(fine, B, 0.0)
+        if np.isfinite(A).all() and np.isfinite(B).all():
+            # products of finite input-format values are finite in binary64: only a
+            # NaN/Inf addend decides a result (itself, whatever its row's terms give)
+            special, value = ~np.isfinite(C), C
+        else:
+            special, value = _specials(A, B, C)
+            fine = np.isfinite(A) & np.isfinite(B) & ~special[..., None]
+            A = np.where(fine, A, 0.0)
+            B = np.where(fine, B, 0.0)
         fin = get_format(self.model.input)
         shape, K = C.shape, A.shape[-1]
         c0 = np.where(special, 0.0, C).reshape(-1)
