@@ -3,8 +3,9 @@
 The same arithmetic as the numpy engine (:mod:`.exact`), one ``(i, j)`` entry at a time,
 parallel over rows, and a tiled GEMM on int64 significands. Models whose steps fit
 binary64 lanes run the faster kernels of :mod:`.lanes` instead (they share this module's
-addend and rounding helpers); these kernels take the wider windows. Imported only through :func:`.kernels.compiled_kernels`; every function
-is compiled on its first call (numba's cache keeps the machine code between runs).
+addend and rounding helpers); these kernels take the wider windows. Imported only through
+:func:`.kernels.compiled_kernels`; every function is compiled on its first call (numba's
+cache keeps the machine code between runs).
 """
 
 from __future__ import annotations
