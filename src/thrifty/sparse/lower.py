@@ -14,7 +14,7 @@ import numpy as np
 
 from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph, Node
-from thrifty.graph.ops import get_op
+from thrifty.graph.ops import get_op, normalize_axes
 from thrifty.sparse import registry
 from thrifty.sparse.builder import (
     Builder,
@@ -27,6 +27,13 @@ from thrifty.sparse.builder import (
     split_rows,
 )
 from thrifty.sparse.lower_matmul import lower_einsum, lower_matmul, transposed
+from thrifty.sparse.lower_ops import (
+    lower_einsum_coo,
+    lower_elementwise_dense_out,
+    lower_max,
+    lower_softmax_general,
+    lower_sum,
+)
 from thrifty.sparse.propagate import einsum_as_matmul
 from thrifty.sparse.tasks import Gather
 
@@ -42,8 +49,22 @@ class Lowering:
 
 
 def _lower_einsum(b: Builder, node: Node) -> Value:
+    """A matmul-shaped einsum as a product; any other einsum with a CSR operand over the
+    join of the operands' stored entries (``einsum_coo``); all-dense ones run numpy."""
     form = einsum_as_matmul(node.attrs["subscripts"]) if len(node.inputs) == 2 else None
-    return ref_task(b, node) if form is None else lower_einsum(b, node, form)
+    if form is not None:
+        return lower_einsum(b, node, form)
+    return lower_einsum_coo(b, node) or ref_task(b, node)
+
+
+def _lower_reduce(b: Builder, node: Node) -> Value:
+    """``sum``/``max`` of a CSR matrix over any axes on its stored entries; over no axis an
+    elementwise op; of a dense operand numpy."""
+    if b.values[node.inputs[0]].kind == "csr" and not normalize_axes(
+            node.attrs["axis"], b.graph[node.inputs[0]].type.ndim, node.op):
+        return _lower_elementwise(b, node)
+    low = lower_sum if node.op == "sum" else lower_max
+    return low(b, node) or ref_task(b, node)
 
 
 def _lower_transpose(b: Builder, node: Node) -> Value:
@@ -53,11 +74,18 @@ def _lower_transpose(b: Builder, node: Node) -> Value:
 
 
 def _lower_softmax(b: Builder, node: Node) -> Value:
-    """A masked softmax over the mask's pattern; other softmaxes run the reference."""
+    """A masked softmax along rows needed on the whole mask pattern: the compiled
+    ``masked_softmax``; along either axis, on part of the pattern, without a mask or with
+    a dense one: :func:`~thrifty.sparse.lower_ops.lower_softmax_general`; a softmax of
+    dense operands: numpy."""
     P = sparse_out(b, node.id)
+    fwd = b.prop.forward[node.id]
     if len(node.inputs) != 2 or node.attrs["axis"] not in (1, -1) or node.type.ndim != 2 \
-            or P is None or node.type.dtype not in ("float32", "float64"):
-        return ref_task(b, node)
+            or P is None or node.type.dtype not in ("float32", "float64") \
+            or fwd.elements is None or fwd.elements.nnz != P.nnz \
+            or any(b.values[i].kind == "csr" and b.graph[i].type.shape != P.shape
+                   for i in node.inputs):
+        return lower_softmax_general(b, node) or ref_task(b, node)
     x_id, m_id = node.inputs
     vx, vm = b.values[x_id], b.values[m_id]
     gathers = (Gather(vx.kind, P, b.graph[x_id].type.shape, vx.struct),
@@ -76,8 +104,11 @@ def _lower_elementwise(b: Builder, node: Node) -> Value:
     reference."""
     vals = [b.values[i] for i in node.inputs]
     P = sparse_out(b, node.id)
-    if P is None or not any(v.kind == "csr" for v in vals):
+    if not any(v.kind == "csr" for v in vals):
         return ref_task(b, node)
+    if P is None or any(v.kind == "csr" and b.graph[i].type.shape != P.shape
+                        for i, v in zip(node.inputs, vals)):
+        return lower_elementwise_dense_out(b, node) or ref_task(b, node)
     gathers = []
     for i, v in zip(node.inputs, vals):
         shape = b.graph[i].type.shape
@@ -111,8 +142,7 @@ def _lower_const(b: Builder, node: Node) -> Value:
 
 
 _ELEMENTWISE = Lowering(_lower_elementwise)
-_REDUCE = Lowering(ref_task, "a reduction of a sparse operand to a dense vector is one pass "
-                             "over the densified operand; no sparse kernel of it is written")
+_REDUCE = Lowering(_lower_reduce)
 
 #: How each op is lowered, by op name (a test checks every op of ``OPS`` has an entry).
 LOWERINGS: Mapping[str, Lowering] = {

@@ -1,0 +1,272 @@
+"""Lowering of the general ops on sparse operands: einsums over joined stored entries,
+``sum``/``max`` over any axis, softmax along either axis (with or without a mask) and
+elementwise ops whose result is dense.
+
+Each function returns ``None`` where its sparse form does not apply (no CSR operand, a
+dtype or rank the kernels do not take, a size-1 label broadcast against a longer one); the
+table in :mod:`thrifty.sparse.lower` then runs the op's reference, which for those cases
+densifies nothing (the operands are dense) or only a broadcast operand.
+"""
+
+from __future__ import annotations
+
+import string
+from collections.abc import Mapping, Sequence
+
+import numpy as np
+import scipy.sparse as sp
+
+from thrifty.graph.ir import Node
+from thrifty.graph.ops import normalize_axes, normalize_einsum
+from thrifty.sparse import registry
+from thrifty.sparse.builder import Builder, Value, nbytes, sparse_out
+from thrifty.sparse.coo import Relation, build_relation, coo_of, group_keys, label_key
+from thrifty.sparse.tasks import Gather
+from thrifty.sparse.tasks_ops import DenseGather, EinsumPlan, MaxSegments, SegSoftmax
+
+__all__ = ["einsum_plan", "lower_einsum_coo", "lower_elementwise_dense_out", "lower_max",
+           "lower_softmax_general", "lower_sum", "split_einsum"]
+
+#: Dtypes the softmax kernels compute in (the reference's float dtypes).
+_FLOATS = ("float32", "float64")
+
+
+def split_einsum(subscripts: str, shapes: Sequence[tuple[int, ...]]
+                 ) -> tuple[list[str], str, dict[str, int]] | None:
+    """Normalized terms, output and label sizes; ``None`` where a label of size 1 is
+    broadcast against a longer one (the relation form needs equal extents)."""
+    subs, sizes = normalize_einsum(subscripts, shapes)
+    lhs, out = subs.split("->")
+    terms = lhs.split(",")
+    for t, sh in zip(terms, shapes):
+        if any(sizes[c] != d for c, d in zip(t, sh)):
+            return None
+    return terms, out, sizes
+
+
+def _positions(P: sp.csr_array, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """Index of each ``(rows[k], cols[k])`` among ``P``'s stored entries, -1 if absent."""
+    pr, pc = coo_of(P)
+    w = max(P.shape[1], 1)
+    pk = pr * w + pc
+    q = rows * w + cols
+    if len(pk) == 0:
+        return np.full(len(q), -1, dtype=np.int64)
+    at = np.minimum(np.searchsorted(pk, q), len(pk) - 1)
+    return np.where(pk[at] == q, at, -1).astype(np.int64)
+
+
+def einsum_plan(rel: Relation, terms: Sequence[str], out: str, sizes: Mapping[str, int],
+                P: sp.csr_array | None, out_shape: tuple[int, ...]) -> EinsumPlan:
+    """The run-time plan of an einsum over relation ``rel`` (``P``: the CSR output
+    pattern, used only for a 2-D output both of whose labels the relation binds)."""
+    used = set("".join(terms)) | set(out)
+    e = next(c for c in string.ascii_letters if c not in used)
+    dense = {}
+    for k, t in enumerate(terms):
+        if k in rel.preps:
+            continue
+        bound = [a for a, c in enumerate(t) if c in rel.labels]
+        free = [a for a, c in enumerate(t) if c not in rel.labels]
+        sub = (e if bound else "") + "".join(t[a] for a in free)
+        dense[k] = DenseGather(tuple(bound + free), tuple(rel.labels[t[a]] for a in bound),
+                               sub)
+    bound_out = [c for c in out if c in rel.labels]
+    free_out = "".join(c for c in out if c not in rel.labels)
+    inner = bound_out + list(free_out)
+    perm = tuple(inner.index(c) for c in out)
+    shape = tuple(sizes[c] for c in inner)
+    if not bound_out:
+        return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, None, None, None, shape,
+                          perm, None, out_shape)
+    key = label_key([rel.labels[c] for c in bound_out], [sizes[c] for c in bound_out])
+    order, starts, ukeys = group_keys(key)
+    sparse = P is not None and len(out) == 2 and not free_out
+    if sparse:
+        assert P is not None
+        first = order[starts]
+        dest = _positions(P, rel.labels[out[0]][first], rel.labels[out[1]][first])
+    else:
+        dest, P = ukeys, None
+    return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, order, starts, dest, shape,
+                      perm, P, out_shape)
+
+
+def _einsum_task(b: Builder, node: Node, plan: EinsumPlan, work: int) -> Value:
+    dtype = node.type.dtype
+    b.flops(work)
+    P = plan.P
+    size = nbytes(P.shape, dtype, P.nnz) if P is not None else node.type.nbytes
+    tid = b.task(f"v{node.id}", "einsum_coo", {"plan": plan, "dtype": dtype},
+                 [b.values[i].buffer for i in node.inputs], size,
+                 registry.seconds("einsum_coo", b.cost, flops=2.0 * work), node.id)
+    return Value(tid, "csr", P) if P is not None else Value(tid, "dense")
+
+
+def _relation_of(b: Builder, node: Node, terms: Sequence[str], out: str,
+                 sizes: Mapping[str, int]) -> Relation | None:
+    sparse = {k: b.values[i].struct for k, i in enumerate(node.inputs)
+              if b.values[i].kind == "csr" and b.values[i].struct is not None}
+    if not sparse:
+        return None
+    return build_relation(terms, sizes, out, sparse)  # type: ignore[arg-type]
+
+
+def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
+    """An einsum with CSR operands over the join of their stored entries."""
+    if node.type.dtype == "bool" or any(
+            b.values[i].kind == "csr" and b.graph[i].type.ndim != 2 for i in node.inputs):
+        return None
+    split = split_einsum(node.attrs["subscripts"], [b.graph[i].type.shape
+                                                    for i in node.inputs])
+    if split is None:
+        return None
+    terms, out, sizes = split
+    rel = _relation_of(b, node, terms, out, sizes)
+    if rel is None:
+        return None
+    plan = einsum_plan(rel, terms, out, sizes, sparse_out(b, node.id), node.type.shape)
+    free = {c for t in terms for c in t if c not in rel.labels}
+    work = max(1, rel.n) * int(np.prod([sizes[c] for c in free], dtype=np.int64))
+    return _einsum_task(b, node, plan, work)
+
+
+def _csr_operand(b: Builder, node: Node) -> sp.csr_array | None:
+    (x,) = node.inputs
+    v = b.values[x]
+    ok = v.kind == "csr" and v.struct is not None and b.graph[x].type.ndim == 2
+    return v.struct if ok else None
+
+
+def lower_sum(b: Builder, node: Node) -> Value | None:
+    """``sum`` over rows, columns or both of a CSR matrix: the einsum ``ij->i`` (``ij->j``,
+    ``ij->``) over its stored entries."""
+    S = _csr_operand(b, node)
+    axes = normalize_axes(node.attrs["axis"], 2, "sum")
+    if S is None or not axes or node.type.dtype == "bool":
+        return None
+    out = "".join(c for a, c in enumerate("ij") if a not in axes)
+    rel = build_relation(["ij"], {"i": S.shape[0], "j": S.shape[1]}, out, {0: S})
+    plan = einsum_plan(rel, ["ij"], out, {"i": S.shape[0], "j": S.shape[1]}, None,
+                       node.type.shape)
+    return _einsum_task(b, node, plan, max(1, S.nnz))
+
+
+def _slices(S: sp.csr_array, axis: int) -> tuple[np.ndarray | None, np.ndarray, np.ndarray]:
+    """``(order, seg, starts)``: the stored entries sorted by their slice along ``axis``
+    (``order``, ``None`` for rows: CSR order already), each sorted entry's slice, and where
+    each non-empty slice begins."""
+    rows, cols = coo_of(S)
+    if axis == 1:
+        order, seg = None, rows
+    else:
+        order = np.argsort(cols, kind="stable")
+        seg = cols[order]
+    if len(seg) == 0:
+        return order, seg, np.zeros(0, dtype=np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], seg[1:] != seg[:-1]]))
+    return order, seg, starts
+
+
+def lower_max(b: Builder, node: Node) -> Value | None:
+    """``max`` over rows, columns or both of a CSR matrix: a segmented maximum of the stored
+    values, and 0 for every slice that is not fully stored (its implicit zeros count)."""
+    S = _csr_operand(b, node)
+    axes = normalize_axes(node.attrs["axis"], 2, "max")
+    if S is None or not axes:
+        return None
+    if len(axes) == 2:
+        order, seg, starts = None, np.zeros(S.nnz, dtype=np.int64), \
+            np.zeros(min(S.nnz, 1), dtype=np.int64)
+        length, n_out = S.shape[0] * S.shape[1], 1
+    else:
+        keep_axis = 1 - axes[0]  # the slices are indexed along the kept axis
+        order, seg, starts = _slices(S, 1 if keep_axis == 0 else 0)
+        length, n_out = S.shape[axes[0]], S.shape[keep_axis]
+    slots = seg[starts]
+    counts = np.diff(np.concatenate([starts, [len(seg)]]))
+    segs = MaxSegments(order, starts, slots, counts == length, n_out, node.type.shape)
+    dtype = node.type.dtype
+    b.flops(S.nnz)
+    tid = b.task(f"v{node.id}", "reduce_max_csr", {"segments": segs, "dtype": dtype},
+                 [b.values[node.inputs[0]].buffer], node.type.nbytes,
+                 registry.seconds("reduce_max_csr", b.cost, n=S.nnz), node.id)
+    return Value(tid, "dense")
+
+
+def _seg_softmax(S: sp.csr_array, axis: int) -> SegSoftmax:
+    order, seg, starts = _slices(S, axis)
+    return SegSoftmax(order, seg, starts, S.shape[0] if axis == 1 else S.shape[1])
+
+
+def _gather(b: Builder, nid: int, F: sp.csr_array) -> Gather | None:
+    v, shape = b.values[nid], b.graph[nid].type.shape
+    if v.kind == "csr" and (shape != F.shape or v.struct is None):
+        return None  # a broadcast CSR operand
+    return Gather(v.kind, F, shape, v.struct)
+
+
+def lower_softmax_general(b: Builder, node: Node) -> Value | None:
+    """Softmax along either axis: over a sparse mask's pattern (``softmax_csr``), or of a
+    CSR operand without a mask or with a dense one (``softmax_dense_out``)."""
+    t = node.type
+    if t.ndim != 2 or t.dtype not in _FLOATS:
+        return None
+    (axis,) = normalize_axes(node.attrs["axis"], 2, "softmax")
+    fwd = b.prop.forward[node.id]
+    if len(node.inputs) == 2 and not fwd.is_dense and fwd.elements is not None:
+        F = fwd.elements
+        gx, gm = _gather(b, node.inputs[0], F), _gather(b, node.inputs[1], F)
+        if gx is None or gm is None:
+            return None
+        P = sparse_out(b, node.id)
+        take = None
+        if P is not None and P.nnz != F.nnz:
+            take = _positions(F, *coo_of(P))
+        b.flops(5 * F.nnz)
+        attrs = {"slices": _seg_softmax(F, axis), "gathers": (gx, gm), "take": take,
+                 "pattern": P, "mask_pattern": F, "dtype": t.dtype}
+        size = nbytes(P.shape, t.dtype, P.nnz) if P is not None else t.nbytes
+        tid = b.task(f"v{node.id}", "softmax_csr", attrs,
+                     [b.values[i].buffer for i in node.inputs], size,
+                     registry.seconds("softmax_csr", b.cost, n=5 * F.nnz), node.id)
+        return Value(tid, "csr", P) if P is not None else Value(tid, "dense")
+    S = _csr_operand(b, Node(node.id, node.op, node.inputs[:1], {}, t))
+    if S is None or any(b.values[i].kind == "csr" for i in node.inputs[1:]):
+        return None
+    b.flops(5 * S.nnz + t.size)
+    tid = b.task(f"v{node.id}", "softmax_dense_out",
+                 {"slices": _seg_softmax(S, axis), "struct": S, "axis": axis,
+                  "dtype": t.dtype}, [b.values[i].buffer for i in node.inputs], t.nbytes,
+                 registry.seconds("softmax_dense_out", b.cost, n=t.size), node.id)
+    return Value(tid, "dense")
+
+
+def lower_elementwise_dense_out(b: Builder, node: Node) -> Value | None:
+    """An elementwise op with a dense result and CSR operands of the result's shape: the op
+    with those operands taken as 0, then on the union of their stored entries."""
+    shape = node.type.shape
+    vals = [b.values[i] for i in node.inputs]
+    csr = [v for v in vals if v.kind == "csr"]
+    if len(shape) != 2 or not csr or any(v.struct is None or v.struct.shape != shape
+                                         for v in csr):
+        return None
+    U = csr[0].struct
+    for v in csr[1:]:
+        U = U + v.struct  # boolean: the union
+    U = sp.csr_array(U, dtype=bool)
+    U.sum_duplicates()
+    U.sort_indices()
+    gathers, kinds = [], []
+    for i, v in zip(node.inputs, vals):
+        ishape = b.graph[i].type.shape
+        kinds.append(v.kind)
+        gathers.append(Gather("scalar" if len(ishape) == 0 else v.kind, U, ishape, v.struct))
+    b.flops(U.nnz + (node.type.size if any(k == "dense" for k in kinds) else 0))
+    attrs = {"op": node.op, "op_attrs": dict(node.attrs), "kinds": tuple(kinds),
+             "gathers": tuple(gathers), "pattern": U, "shape": shape,
+             "dtype": node.type.dtype}
+    tid = b.task(f"v{node.id}", "elementwise_dense_out", attrs, [v.buffer for v in vals],
+                 node.type.nbytes,
+                 registry.seconds("elementwise_dense_out", b.cost, n=node.type.size), node.id)
+    return Value(tid, "dense")
