@@ -30,6 +30,7 @@ from thrifty.sparse.lower_matmul import lower_einsum, lower_matmul, transposed
 from thrifty.sparse.lower_ops import (
     lower_einsum_coo,
     lower_elementwise_dense_out,
+    lower_identity_transpose,
     lower_max,
     lower_softmax_general,
     lower_sum,
@@ -68,6 +69,10 @@ def _lower_reduce(b: Builder, node: Node) -> Value:
 
 
 def _lower_transpose(b: Builder, node: Node) -> Value:
+    """A 2-D transpose as a transposed CSR (or dense view); the identity permutation of a
+    CSR matrix copies its stored values; other ranks are dense and run numpy."""
+    if tuple(node.attrs["axes"]) == (0, 1):
+        return lower_identity_transpose(b, node) or ref_task(b, node)
     if tuple(node.attrs["axes"]) != (1, 0):
         return ref_task(b, node)
     return transposed(b, f"v{node.id}", b.values[node.inputs[0]], node.type.nbytes, node.id)

@@ -24,7 +24,8 @@ from thrifty.sparse.coo import Relation, build_relation, coo_of, group_keys, lab
 from thrifty.sparse.tasks import Gather
 from thrifty.sparse.tasks_ops import DenseGather, EinsumPlan, MaxSegments, SegSoftmax
 
-__all__ = ["einsum_plan", "lower_einsum_coo", "lower_elementwise_dense_out", "lower_max",
+__all__ = ["einsum_plan", "lower_einsum_coo", "lower_elementwise_dense_out",
+           "lower_identity_transpose", "lower_max",
            "lower_softmax_general", "lower_sum", "split_einsum"]
 
 #: Dtypes the softmax kernels compute in (the reference's float dtypes).
@@ -129,6 +130,18 @@ def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
     free = {c for t in terms for c in t if c not in rel.labels}
     work = max(1, rel.n) * int(np.prod([sizes[c] for c in free], dtype=np.int64))
     return _einsum_task(b, node, plan, work)
+
+
+def lower_identity_transpose(b: Builder, node: Node) -> Value | None:
+    """``transpose(axes=(0, 1))`` of a CSR matrix: the einsum ``ij->ij`` (a copy of its
+    stored values on its pattern)."""
+    S = _csr_operand(b, node)
+    if S is None:
+        return None
+    sizes = {"i": S.shape[0], "j": S.shape[1]}
+    rel = build_relation(["ij"], sizes, "ij", {0: S})
+    plan = einsum_plan(rel, ["ij"], "ij", sizes, sparse_out(b, node.id), node.type.shape)
+    return _einsum_task(b, node, plan, max(1, S.nnz))
 
 
 def _csr_operand(b: Builder, node: Node) -> sp.csr_array | None:
