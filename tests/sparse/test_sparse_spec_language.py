@@ -5,10 +5,14 @@ broadcasting sparse against dense, transposes feeding products.
 Every result is checked against the dense reference (:func:`thrifty.runtime.reference.
 evaluate`) in values and in structure (a CSR result's shape; the reference is zero
 wherever the propagated pattern says zero), and every plan is checked to run the op on the
-stored entries (no ``dense`` kernel, which would densify the operand).
+stored entries (no ``dense`` kernel, which would densify the operand). On every matrix
+of shared/data/matrices: against the dense reference where the matrix fits densely in
+32 MB, against independent scipy/numpy oracles otherwise.
 """
 
 from __future__ import annotations
+
+import csv
 
 import numpy as np
 import pytest
@@ -18,7 +22,7 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.reference import evaluate
-from thrifty.testing import to_dense
+from thrifty.testing import require_shared_data, shared_data_dir, to_dense
 
 
 def _sparse(shape, density, rng, dtype="float64", empty_row=True):
@@ -33,6 +37,19 @@ def _sparse(shape, density, rng, dtype="float64", empty_row=True):
     return sp.csr_array(A, dtype=dtype)
 
 
+def assert_no_sparse_value_densified(plan, inputs) -> None:
+    """Run the plan's tasks in order: no ``dense`` task (the op's reference on densified
+    operands) is handed a sparse value."""
+    vals = plan.feed(inputs)
+    tasks = plan.taskgraph.tasks
+    for tid in plan.taskgraph.order:
+        t = tasks[tid]
+        args = [vals[r] for r in t.reads]
+        if t.kernel == "dense":
+            assert not any(sp.issparse(a) for a in args), (t.id, t.attrs["op"])
+        vals[t.writes[0]] = t.fn(*args)
+
+
 def check(fn, inputs, rtol=1e-12, no_dense_kernel=True):
     """``fn`` specialized to ``inputs`` equals the dense reference, values and structure."""
     prog = th.program(fn)
@@ -41,6 +58,7 @@ def check(fn, inputs, rtol=1e-12, no_dense_kernel=True):
     plan = prog.specialize(**inputs)
     if no_dense_kernel:
         assert "dense" not in plan.report()["kernels"], plan.report()["kernels"]
+    assert_no_sparse_value_densified(plan, inputs)
     for scheduler in (None, "sync"):
         got = plan.run(inputs, scheduler=scheduler)
         got = list(got) if isinstance(got, tuple | list) else [got]
@@ -225,3 +243,119 @@ def test_random_specs_match_the_dense_reference(m, n, d1, d2, steps, dtype, seed
         return tuple(outs)
 
     check(spec, inputs, rtol=1e-12 if dtype == "float64" else 2e-5, no_dense_kernel=False)
+
+
+# -- every matrix of shared/data/matrices ------------------------------------------------
+def _matrix_files() -> list[str]:
+    root = shared_data_dir()
+    if root is None or not (root / "matrices" / "INDEX.tsv").exists():
+        return ["<absent>"]
+    with open(root / "matrices" / "INDEX.tsv") as f:
+        return [row["file"] for row in csv.DictReader(f, delimiter="\t")]
+
+
+DENSE_LIMIT = 4 * 10**6
+
+
+def _second(S: sp.csr_array, rng: np.random.Generator) -> sp.csr_array:
+    """Half of ``S``'s entries and as many others, with nonzero values of both signs."""
+    C = S.tocoo()
+    keep = rng.random(C.nnz) < 0.5
+    m, n = S.shape
+    k = max(1, S.nnz // 2)
+    rows = np.concatenate([C.row[keep], rng.integers(0, m, k)])
+    cols = np.concatenate([C.col[keep], rng.integers(0, n, k)])
+    vals = rng.choice([-2.0, -1.0, 1.0, 3.0], len(rows))
+    T = sp.csr_array((vals, (rows, cols)), shape=S.shape)
+    T.sum_duplicates()
+    T.data[T.data == 0] = 1.0
+    T.sort_indices()
+    return T
+
+
+def _program(square: bool, small: bool):
+    def spec(S, S2, x, y, row):
+        outs = [th.einsum("ij,j->i", S, x), th.einsum("ij,i->j", S, y),
+                th.einsum("ij,ij->i", S, S2), th.einsum("ij->ji", S),
+                S.sum(axis=0), S.sum(axis=1), S.max(axis=0), S.max(axis=1),
+                th.softmax(S2, mask=S, axis=0), th.softmax(S2, mask=S, axis=1),
+                th.where(S2, S, S * 3.0), S * row]
+        if square:
+            outs += [th.einsum("ii->", S), th.einsum("ii->i", S)]
+        if small:
+            outs += [th.softmax(S, axis=0), th.where(S, S2, 1.0), S + S2 * 2.0 - 1.0]
+        return tuple(outs)
+
+    return spec
+
+
+def _values_at(X: sp.csr_array, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """``X[rows[k], cols[k]]`` (0 where not stored), by a dictionary of X's entries."""
+    C = X.tocoo()
+    table = dict(zip(zip(C.row.tolist(), C.col.tolist()), C.data.tolist()))
+    return np.array([table.get(k, 0.0) for k in zip(rows.tolist(), cols.tolist())])
+
+
+def _seg_softmax_oracle(X: sp.csr_array, M: sp.csr_array) -> sp.csr_array:
+    """Row-wise softmax of ``X`` over ``M``'s stored nonzeros."""
+    M = sp.csr_array(M)
+    M.eliminate_zeros()
+    M.sort_indices()
+    rows = np.repeat(np.arange(M.shape[0]), np.diff(M.indptr))
+    v = _values_at(X, rows, M.indices)
+    mx = np.full(M.shape[0], -np.inf)
+    np.maximum.at(mx, rows, v)
+    e = np.exp(v - mx[rows])
+    tot = np.bincount(rows, weights=e, minlength=M.shape[0])
+    return sp.csr_array((e / tot[rows], M.indices, M.indptr), shape=M.shape)
+
+
+def _oracles(S, S2, x, y, row, square):
+    on2 = sp.csr_array((np.ones(S2.nnz), S2.indices, S2.indptr), shape=S.shape)
+    want = [S @ x, S.T @ y, np.asarray(S.multiply(S2).sum(axis=1)).ravel(), S.T,
+            np.asarray(S.sum(axis=0)).ravel(), np.asarray(S.sum(axis=1)).ravel(),
+            S.max(axis=0).toarray(), S.max(axis=1).toarray(),
+            _seg_softmax_oracle(sp.csr_array(S2.T), sp.csr_array(S.T)).T,
+            _seg_softmax_oracle(S2, S), S.multiply(on2) + 3.0 * (S - S.multiply(on2)),
+            S.multiply(row)]
+    if square:
+        want += [S.diagonal().sum(), S.diagonal()]
+    return want
+
+
+def _close(got, want) -> None:
+    if sp.issparse(want):
+        W = sp.csr_array(want)
+        err = abs(sp.csr_array(got) - W)
+        scale = float(abs(W).max()) if W.nnz else 0.0
+        assert (float(err.max()) if err.nnz else 0.0) <= 1e-10 * max(scale, 1e-300)
+        return
+    want = np.asarray(want, dtype=np.float64).reshape(np.shape(got))
+    scale = float(np.max(np.abs(want), initial=0.0))
+    np.testing.assert_allclose(got, want, rtol=1e-10, atol=1e-12 * scale)
+
+
+@pytest.mark.needs_data
+@pytest.mark.parametrize("file", _matrix_files())
+def test_general_ops_on_collection_matrix(file):
+    if file == "<absent>":
+        require_shared_data("matrices", "INDEX.tsv")
+    from thrifty.front.matrices import load_matrix
+
+    A = load_matrix(require_shared_data("matrices", file))
+    S = sp.csr_array(A.real if np.iscomplexobj(A.data) else A, dtype=np.float64)
+    S.sort_indices()
+    rng = np.random.default_rng(0)
+    m, n = S.shape
+    inputs = {"S": S, "S2": _second(S, rng), "x": rng.standard_normal(n),
+              "y": rng.standard_normal(m), "row": rng.standard_normal((1, n))}
+    square, small = m == n, m * n <= DENSE_LIMIT
+    spec = _program(square, small)
+    if small:
+        check(spec, inputs, rtol=1e-10, no_dense_kernel=False)
+        return
+    plan = th.program(spec).specialize(**inputs)
+    assert "dense" not in plan.report()["kernels"], plan.report()["kernels"]
+    got = plan(**inputs)
+    for g, w in zip(got, _oracles(**inputs, square=square)):
+        _close(g, w)

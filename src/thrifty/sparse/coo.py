@@ -112,7 +112,7 @@ def _operand_relation(k: int, term: str, S: sp.csr_array, keep: set[str],
     repeated label, with labels outside ``keep`` summed out."""
     rows, cols = coo_of(S)
     pos = np.arange(len(rows), dtype=np.int64)
-    a, b = term
+    a, b = term[0], term[1]
     if a == b:
         on = rows == cols
         pos, labels = pos[on], {a: rows[on]}

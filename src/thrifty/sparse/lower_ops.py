@@ -264,9 +264,9 @@ def lower_elementwise_dense_out(b: Builder, node: Node) -> Value | None:
     if len(shape) != 2 or not csr or any(v.struct is None or v.struct.shape != shape
                                          for v in csr):
         return None
-    U = csr[0].struct
+    U = sp.csr_array(csr[0].struct, dtype=bool)
     for v in csr[1:]:
-        U = U + v.struct  # boolean: the union
+        U = U + sp.csr_array(v.struct, dtype=bool)  # boolean: the union
     U = sp.csr_array(U, dtype=bool)
     U.sum_duplicates()
     U.sort_indices()

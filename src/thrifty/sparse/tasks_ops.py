@@ -21,8 +21,8 @@ from thrifty.sparse import kernels as K
 from thrifty.sparse.coo import Prep, coo_of
 from thrifty.sparse.tasks import Gather
 
-__all__ = ["DenseGather", "ElementwiseDenseOut", "EinsumCoo", "EinsumPlan", "MaxSegments", "ReduceMaxCsr",
-           "SegSoftmax", "SoftmaxCsr", "SoftmaxDenseOut"]
+__all__ = ["DenseGather", "ElementwiseDenseOut", "EinsumCoo", "EinsumPlan", "MaxSegments",
+           "ReduceMaxCsr", "SegSoftmax", "SoftmaxCsr", "SoftmaxDenseOut"]
 
 
 def _data(v: Any, dtype: str) -> np.ndarray:
