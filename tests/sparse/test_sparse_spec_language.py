@@ -146,6 +146,26 @@ def test_form_runs_on_stored_entries_and_matches_reference(case, dtype):
     check(fn, _inputs(letters, dtype, rng), rtol=1e-12 if dtype == "float64" else 2e-6)
 
 
+DTYPE_CASES = {
+    "ij,ij->i": lambda A, B, x: th.einsum("ij,ij->i", A, B),
+    "ij,j->i": lambda A, B, x: th.einsum("ij,j->i", A, x),
+    "ij,ij->ij": lambda A, B, x: th.einsum("ij,ij->ij", A, B),
+    "ij,kl->": lambda A, B, x: th.einsum("ij,kl->", A, B),
+    "sum axis 0": lambda A, B, x: A.sum(axis=0),
+    "max axis 1": lambda A, B, x: A.max(axis=1),
+    "where": lambda A, B, x: th.where(A, B, x),
+}
+
+
+@pytest.mark.parametrize("dtype", ["bool", "int32", "int64", "complex128"])
+@pytest.mark.parametrize("case", list(DTYPE_CASES))
+def test_other_dtypes_match_the_reference_exactly(case, dtype):
+    rng = np.random.default_rng(7)
+    inputs = {"A": _sparse((6, 5), 0.4, rng, dtype), "B": _sparse((6, 5), 0.5, rng, dtype),
+              "x": rng.integers(-3, 4, 5).astype(dtype)}
+    check(DTYPE_CASES[case], inputs, rtol=0.0)
+
+
 def test_max_counts_structural_zeros():
     A = sp.csr_array(np.array([[-1.0, 0, -2], [0, 0, 0], [-3.0, -4.0, -5.0], [2.0, 0, -1]]))
     prog = th.program(lambda A: (A.max(axis=1), A.max(axis=0), A.max()))

@@ -115,8 +115,7 @@ def _relation_of(b: Builder, node: Node, terms: Sequence[str], out: str,
 
 def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
     """An einsum with CSR operands over the join of their stored entries."""
-    if node.type.dtype == "bool" or any(
-            b.values[i].kind == "csr" and b.graph[i].type.ndim != 2 for i in node.inputs):
+    if any(b.values[i].kind == "csr" and b.graph[i].type.ndim != 2 for i in node.inputs):
         return None
     split = split_einsum(node.attrs["subscripts"], [b.graph[i].type.shape
                                                     for i in node.inputs])
