@@ -1,8 +1,11 @@
 """The lowering table: for every op of :data:`thrifty.graph.ops.OPS`, how the sparse engine
 turns one node into kernel tasks (:data:`LOWERINGS`, keyed by op name).
 
-An op whose sparse form does not pay (or is not written yet) has an explicit ``dense``
-entry with the reason: it runs the op's numpy reference on densified operands.
+Every op of the spec language has a sparse lowering: CSR operands are read in place (their
+stored values at positions fixed by their patterns), never densified. An op whose sparse
+form does not pay would have an explicit dense entry (``dense_reason``); none has one. Each
+entry's ``dense_cases`` says where its lowering still runs the op's numpy reference and
+why (operands that are all dense, and a few shapes and dtypes named there).
 """
 
 from __future__ import annotations
@@ -43,10 +46,12 @@ __all__ = ["LOWERINGS", "Lowering", "fusable_posts", "lower_node"]
 
 @dataclass(frozen=True, slots=True)
 class Lowering:
-    """How one op is lowered; ``dense_reason`` is set for a dense-fallback entry."""
+    """How one op is lowered; ``dense_reason`` is set for a dense-fallback entry, and
+    ``dense_cases`` says where a sparse lowering still runs the op's reference, and why."""
 
     lower: Callable[[Builder, Node], Value]
     dense_reason: str | None = None
+    dense_cases: str | None = None
 
 
 def _lower_einsum(b: Builder, node: Node) -> Value:
@@ -146,14 +151,30 @@ def _lower_const(b: Builder, node: Node) -> Value:
     return Value(bid, "dense")
 
 
-_ELEMENTWISE = Lowering(_lower_elementwise)
-_REDUCE = Lowering(_lower_reduce)
+_DENSE_OPERANDS = "operands that are all dense run numpy (nothing to densify); "
+_ELEMENTWISE = Lowering(_lower_elementwise, dense_cases=(
+    _DENSE_OPERANDS + "a CSR operand broadcast against a larger shape (a 1 x n CSR row "
+    "times an m x n matrix), or into a result of more than 2 dimensions, runs the "
+    "reference: the gathers index a CSR operand by the result's 2-D entries, so only CSR "
+    "operands of the result's shape are read in place"))
+_REDUCE = Lowering(_lower_reduce, dense_cases=(
+    _DENSE_OPERANDS + "sparse values are 2-D, so every sum/max of a CSR operand is sparse"))
 
 #: How each op is lowered, by op name (a test checks every op of ``OPS`` has an entry).
 LOWERINGS: Mapping[str, Lowering] = {
     "input": Lowering(_lower_input), "const": Lowering(_lower_const),
-    "matmul": Lowering(lower_matmul), "einsum": Lowering(_lower_einsum),
-    "transpose": Lowering(_lower_transpose), "softmax": Lowering(_lower_softmax),
+    "matmul": Lowering(lower_matmul, dense_cases=(
+        _DENSE_OPERANDS + "dtypes without compiled kernels (int16, float16) run numpy/scipy "
+        "on the CSR value itself (scipy's product, no densification)")),
+    "einsum": Lowering(_lower_einsum, dense_cases=(
+        _DENSE_OPERANDS + "a label of size 1 broadcast against a longer one (numpy's einsum "
+        "broadcasting) runs the reference: the join matches labels by value, so it needs "
+        "equal extents")),
+    "transpose": Lowering(_lower_transpose, dense_cases=_DENSE_OPERANDS.rstrip("; ")),
+    "softmax": Lowering(_lower_softmax, dense_cases=(
+        _DENSE_OPERANDS + "a complex softmax, and a CSR mask of a broadcast shape (1 x n) run "
+        "the reference: the kernels compute in float32/float64 on masks of the input's "
+        "shape")),
     "sum": _REDUCE, "max": _REDUCE,
     **{op: _ELEMENTWISE for op in ("add", "sub", "mul", "div", "lt", "le", "gt", "ge", "eq",
                                    "ne", "neg", "abs", "exp", "log", "sqrt", "relu",
