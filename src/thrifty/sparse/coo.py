@@ -53,13 +53,14 @@ def bool_pattern(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int]) -> 
 @dataclass(frozen=True, slots=True)
 class Prep:
     """How one sparse operand's stored values become the relation's value vector: take
-    ``data[pos]``, then (when ``starts`` is set) sum consecutive runs starting there."""
+    ``data[pos]`` (``None``: all of ``data``), then (when ``starts`` is set) sum consecutive
+    runs starting there."""
 
-    pos: np.ndarray
+    pos: np.ndarray | None
     starts: np.ndarray | None = None
 
     def __call__(self, data: np.ndarray) -> np.ndarray:
-        v = data[self.pos]
+        v = data if self.pos is None else data[self.pos]
         if self.starts is None:
             return v
         if len(v) == 0:
@@ -70,11 +71,11 @@ class Prep:
 @dataclass(slots=True)
 class Relation:
     """``n`` tuples: each label's value (``labels``) and, per sparse operand, the index of
-    its prepared value (``refs``)."""
+    its prepared value (``refs``; ``None``: the tuple's own index)."""
 
     n: int
     labels: dict[str, np.ndarray] = field(default_factory=dict)
-    refs: dict[int, np.ndarray] = field(default_factory=dict)
+    refs: dict[int, np.ndarray | None] = field(default_factory=dict)
     preps: dict[int, Prep] = field(default_factory=dict)
 
 
@@ -120,8 +121,8 @@ def _operand_relation(k: int, term: str, S: sp.csr_array, keep: set[str],
         labels = {a: rows, b: cols}
     kept = [c for c in labels if c in keep]
     if len(kept) == len(labels):
-        return Relation(len(pos), labels, {k: np.arange(len(pos), dtype=np.int64)},
-                        {k: Prep(pos)})
+        return Relation(len(pos), labels, {k: None},
+                        {k: Prep(None if a != b else pos)})
     if kept:
         order, starts, _ = group_keys(label_key([labels[c] for c in kept],
                                                 [sizes[c] for c in kept]))
@@ -131,7 +132,7 @@ def _operand_relation(k: int, term: str, S: sp.csr_array, keep: set[str],
     first = order[starts]
     new = {c: labels[c][first] for c in kept}
     n = len(starts)
-    return Relation(n, new, {k: np.arange(n, dtype=np.int64)}, {k: Prep(pos[order], starts)})
+    return Relation(n, new, {k: None}, {k: Prep(pos[order], starts)})
 
 
 def _join(r1: Relation, r2: Relation, sizes: Mapping[str, int]) -> Relation:
@@ -154,8 +155,9 @@ def _join(r1: Relation, r2: Relation, sizes: Mapping[str, int]) -> Relation:
         i2 = order2[np.repeat(lo, counts) + offs]
     labels = {c: v[i1] for c, v in r1.labels.items()}
     labels.update({c: v[i2] for c, v in r2.labels.items() if c not in labels})
-    refs = {k: v[i1] for k, v in r1.refs.items()}
-    refs.update({k: v[i2] for k, v in r2.refs.items()})
+    refs: dict[int, np.ndarray | None] = {k: i1 if v is None else v[i1]
+                                          for k, v in r1.refs.items()}
+    refs.update({k: i2 if v is None else v[i2] for k, v in r2.refs.items()})
     return Relation(len(i1), labels, refs, {**r1.preps, **r2.preps})
 
 

@@ -57,8 +57,19 @@ def _positions(P: sp.csr_array, rows: np.ndarray, cols: np.ndarray) -> np.ndarra
     return np.where(pk[at] == q, at, -1).astype(np.int64)
 
 
+def _grouping(dest: np.ndarray, free_out: str, dtype: str
+              ) -> tuple[str, np.ndarray, np.ndarray | None, np.ndarray | None]:
+    """How pairs with output slots ``dest`` are summed: ``(mode, dest, order, starts)``."""
+    order, starts, uniq = group_keys(dest)
+    if len(starts) == len(dest):
+        return "scatter", dest, None, None
+    if not free_out and dtype in _FLOATS:
+        return "bincount", dest, None, None
+    return "reduceat", uniq, order, starts
+
+
 def einsum_plan(rel: Relation, terms: Sequence[str], out: str, sizes: Mapping[str, int],
-                P: sp.csr_array | None, out_shape: tuple[int, ...]) -> EinsumPlan:
+                P: sp.csr_array | None, out_shape: tuple[int, ...], dtype: str) -> EinsumPlan:
     """The run-time plan of an einsum over relation ``rel`` (``P``: the CSR output
     pattern, used only for a 2-D output both of whose labels the relation binds)."""
     used = set("".join(terms)) | set(out)
@@ -78,19 +89,22 @@ def einsum_plan(rel: Relation, terms: Sequence[str], out: str, sizes: Mapping[st
     perm = tuple(inner.index(c) for c in out)
     shape = tuple(sizes[c] for c in inner)
     if not bound_out:
-        return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, None, None, None, shape,
-                          perm, None, out_shape)
-    key = label_key([rel.labels[c] for c in bound_out], [sizes[c] for c in bound_out])
-    order, starts, ukeys = group_keys(key)
-    sparse = P is not None and len(out) == 2 and not free_out
-    if sparse:
-        assert P is not None
-        first = order[starts]
-        dest = _positions(P, rel.labels[out[0]][first], rel.labels[out[1]][first])
+        return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, "sum", None, None, None,
+                          None, 1, shape, perm, None, out_shape)
+    sel = None
+    if P is not None and len(out) == 2 and not free_out:
+        dest = _positions(P, rel.labels[out[0]], rel.labels[out[1]])
+        n_dest = P.nnz
+        if np.any(dest < 0):
+            sel = np.flatnonzero(dest >= 0)
+            dest = dest[sel]
     else:
-        dest, P = ukeys, None
-    return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, order, starts, dest, shape,
-                      perm, P, out_shape)
+        P = None
+        dest = label_key([rel.labels[c] for c in bound_out], [sizes[c] for c in bound_out])
+        n_dest = int(np.prod([sizes[c] for c in bound_out], dtype=np.int64))
+    mode, dest, order, starts = _grouping(dest, free_out, dtype)
+    return EinsumPlan(rel.preps, rel.refs, dense, e, free_out, mode, sel, dest, order, starts,
+                      n_dest, shape, perm, P, out_shape)
 
 
 def _einsum_task(b: Builder, node: Node, plan: EinsumPlan, work: int) -> Value:
@@ -125,7 +139,8 @@ def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
     rel = _relation_of(b, node, terms, out, sizes)
     if rel is None:
         return None
-    plan = einsum_plan(rel, terms, out, sizes, sparse_out(b, node.id), node.type.shape)
+    plan = einsum_plan(rel, terms, out, sizes, sparse_out(b, node.id), node.type.shape,
+                       node.type.dtype)
     free = {c for t in terms for c in t if c not in rel.labels}
     work = max(1, rel.n) * int(np.prod([sizes[c] for c in free], dtype=np.int64))
     return _einsum_task(b, node, plan, work)
@@ -139,7 +154,8 @@ def lower_identity_transpose(b: Builder, node: Node) -> Value | None:
         return None
     sizes = {"i": S.shape[0], "j": S.shape[1]}
     rel = build_relation(["ij"], sizes, "ij", {0: S})
-    plan = einsum_plan(rel, ["ij"], "ij", sizes, sparse_out(b, node.id), node.type.shape)
+    plan = einsum_plan(rel, ["ij"], "ij", sizes, sparse_out(b, node.id), node.type.shape,
+                       node.type.dtype)
     return _einsum_task(b, node, plan, max(1, S.nnz))
 
 
@@ -160,7 +176,7 @@ def lower_sum(b: Builder, node: Node) -> Value | None:
     out = "".join(c for a, c in enumerate("ij") if a not in axes)
     rel = build_relation(["ij"], {"i": S.shape[0], "j": S.shape[1]}, out, {0: S})
     plan = einsum_plan(rel, ["ij"], out, {"i": S.shape[0], "j": S.shape[1]}, None,
-                       node.type.shape)
+                       node.type.shape, node.type.dtype)
     return _einsum_task(b, node, plan, max(1, S.nnz))
 
 

@@ -196,12 +196,29 @@ def _fwd_einsum_general(graph: Graph, node: Node, pats: Mapping[int, Pattern]) -
         return Pattern.dense(node.type.shape)
     sparse = {k: pats[i].elements for k, i in enumerate(node.inputs)
               if len(shapes[k]) == 2 and not pats[i].is_dense and pats[i].elements is not None}
+    fast = _relabelled(terms, out, [pats[i] for i in node.inputs], set(sparse))
+    if fast is not None:
+        return fast
     bound = set().union(*(terms[k] for k in sparse)) if sparse else set()
     if not set(out) <= bound:
         return Pattern.dense(node.type.shape)
     rel = build_relation(terms, sizes, out, sparse)  # type: ignore[arg-type]
     rows, cols = rel.labels[out[0]], rel.labels[out[1]]
     return Pattern.from_elements(bool_pattern(rows, cols, node.type.shape))  # type: ignore[arg-type]
+
+
+def _relabelled(terms: list[str], out: str, ps: list[Pattern], sparse: set[int]
+                ) -> Pattern | None:
+    """The pattern of ``ij->ij``, ``ij->ji`` and of ``ij,ij->ij`` (either operand order
+    transposed) from the operands' patterns directly; ``None`` for other einsums."""
+    if any(len(t) != 2 or t[0] == t[1] for t in terms) or len(terms) > 2:
+        return None
+    if len(terms) == 1 and 0 in sparse:
+        return ps[0] if terms[0] == out else ps[0].transpose()
+    if len(terms) == 2 and set(terms[0]) == set(terms[1]) == set(out):
+        a, b = (p if t == out else p.transpose() for t, p in zip(terms, ps))
+        return a.intersect(b)
+    return None
 
 
 def _fwd_transpose(graph: Graph, node: Node, pats: Mapping[int, Pattern],

@@ -49,18 +49,24 @@ class DenseGather:
 @dataclass(frozen=True, slots=True)
 class EinsumPlan:
     """An einsum over a relation (:mod:`thrifty.sparse.coo`), by operand: a ``Prep`` and
-    relation refs for sparse ones, a :class:`DenseGather` for dense ones; then the output:
-    summed over the relation (``order is None``), or grouped by output key and written to
-    the dense positions ``dest`` (``shape`` then ``perm``) or the CSR pattern ``P``."""
+    relation refs (``None``: the identity) for sparse ones, a :class:`DenseGather` for
+    dense ones. The output: summed over the relation (``mode == "sum"``), or each pair's
+    contribution sent to output slot ``dest`` of ``n_dest`` (flat dense positions or the
+    CSR pattern ``P``'s entries; pairs outside ``sel`` dropped) by a scatter (one pair per
+    slot), ``numpy.bincount`` (real floats) or a sum over runs (``order``, ``starts``;
+    ``dest`` is then per run); then ``shape``, ``perm`` and ``out_shape`` lay it out."""
 
     preps: Mapping[int, Prep]
-    refs: Mapping[int, np.ndarray]
+    refs: Mapping[int, np.ndarray | None]
     dense: Mapping[int, DenseGather]
     e: str
     free_out: str
+    mode: str
+    sel: np.ndarray | None
+    dest: np.ndarray | None
     order: np.ndarray | None
     starts: np.ndarray | None
-    dest: np.ndarray | None
+    n_dest: int
     shape: tuple[int, ...]
     perm: tuple[int, ...]
     P: sp.csr_array | None
@@ -77,7 +83,9 @@ class EinsumCoo:
         p, dt = self.plan, self.dtype
         w: np.ndarray | None = None
         for k, prep in p.preps.items():
-            x = prep(_data(vals[k], dt))[p.refs[k]]
+            x = prep(_data(vals[k], dt))
+            ref = p.refs[k]
+            x = x if ref is None else x[ref]
             w = x if w is None else w * x
         assert w is not None  # at least one sparse operand
         ops: list[Any] = [w]
@@ -88,27 +96,35 @@ class EinsumCoo:
         with np.errstate(all="ignore"):
             if len(ops) == 1 and to == p.e:
                 return w
+            if len(ops) == 2 and to == p.e and subs[1] == p.e:
+                return np.multiply(w, ops[1])
             return np.asarray(np.einsum(",".join(subs) + "->" + to, *ops,
                                         optimize=len(ops) > 2)).astype(dt, copy=False)
 
-    def __call__(self, *vals: Any) -> Any:
+    def _slots(self, c: np.ndarray) -> np.ndarray:
+        """The contributions summed into the output's slots (flat, free axes kept)."""
         p, dt = self.plan, self.dtype
-        if p.order is None:
+        if p.sel is not None:
+            c = c[p.sel]
+        if p.mode == "bincount":
+            return np.bincount(p.dest, weights=c, minlength=p.n_dest).astype(  # type: ignore[arg-type]
+                dt, copy=False)
+        flat = np.zeros((p.n_dest,) + c.shape[1:], dtype=dt)
+        if p.mode == "scatter":
+            flat[p.dest] = c
+        elif p.starts is not None and len(p.starts):
+            flat[p.dest] = np.add.reduceat(c[p.order], p.starts, axis=0)
+        return flat
+
+    def __call__(self, *vals: Any) -> Any:
+        p = self.plan
+        if p.mode == "sum":
             out = self._contrib(vals, p.free_out)
             return np.transpose(out, p.perm).reshape(p.out_shape)
-        c = self._contrib(vals, p.e + p.free_out)
-        assert p.starts is not None and p.dest is not None
-        red = np.add.reduceat(c[p.order], p.starts, axis=0) if len(p.starts) else \
-            np.zeros((0,) + c.shape[1:], dtype=dt)
+        flat = self._slots(self._contrib(vals, p.e + p.free_out))
         if p.P is not None:
-            data = np.zeros(p.P.nnz, dtype=dt)
-            on = p.dest >= 0
-            data[p.dest[on]] = red[on]
-            return K.csr_from_parts(data, p.P.indices, p.P.indptr, p.P.shape)
-        out = np.zeros((int(np.prod(p.shape[:len(p.shape) - len(p.free_out)],
-                                    dtype=np.int64)),) + c.shape[1:], dtype=dt)
-        out[p.dest] = red
-        return np.transpose(out.reshape(p.shape), p.perm).reshape(p.out_shape)
+            return K.csr_from_parts(flat, p.P.indices, p.P.indptr, p.P.shape)
+        return np.transpose(flat.reshape(p.shape), p.perm).reshape(p.out_shape)
 
 
 @dataclass(frozen=True, slots=True)
