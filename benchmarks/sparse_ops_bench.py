@@ -2,11 +2,11 @@
 
 Usage: ``python benchmarks/sparse_ops_bench.py [--n N] [--per-row K] [--rounds R]``.
 
-One random ``n x n`` matrix with ``K`` entries per row (and a second of the same size), in
-float64; every op is timed as a plan call (inspection excluded, reported apart) and as the
-scipy/numpy expression a user would write, in shuffled rounds; the table gives medians and
-scipy's time over the plan's (above 1: the plan is faster). Each plan's result is checked
-against scipy's before timing.
+One random ``n x n`` matrix with ``K`` entries per row plus its diagonal, and a second
+holding half of its entries and as many others, in float64; every op is timed as a plan
+call (inspection excluded, reported apart) and as the scipy/numpy expression a user would
+write, in shuffled rounds; the table gives medians and scipy's time over the plan's (above
+1: the plan is faster). Each plan's result is checked against scipy's before timing.
 """
 
 from __future__ import annotations
@@ -76,8 +76,15 @@ def main() -> None:
     rng = np.random.default_rng(0)
     n = args.n
     A = sp.random_array((n, n), density=args.per_row / n, format="csr", rng=rng)
-    B = sp.random_array((n, n), density=args.per_row / n, format="csr", rng=rng)
     A = sp.csr_array(A + sp.eye_array(n, format="csr"))
+    # B: half of A's entries and as many others (the intersection is not empty)
+    C = A.tocoo()
+    half = rng.random(C.nnz) < 0.5
+    k = int(half.sum())
+    B = sp.csr_array((np.ones(2 * k), (np.concatenate([C.row[half], rng.integers(0, n, k)]),
+                                       np.concatenate([C.col[half], rng.integers(0, n, k)]))),
+                     shape=(n, n))
+    B.sum_duplicates()
     for M in (A, B):
         M.data = rng.standard_normal(M.nnz)
         M.sort_indices()

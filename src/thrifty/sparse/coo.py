@@ -20,6 +20,11 @@ Example
 >>> rel = build_relation(["ij", "j"], {"i": 2, "j": 3}, "i", {0: A})
 >>> rel.n, sorted(rel.labels)
 (3, ['i', 'j'])
+>>> rel = build_relation(["ij", "ij"], {"i": 2, "j": 3}, "i", {0: A, 1: A})
+>>> rel.n, sorted(rel.labels)
+(3, ['i', 'j'])
+>>> build_relation(["ij", "kl"], {"i": 2, "j": 3, "k": 2, "l": 3}, "", {0: A, 1: A}).n
+1
 """
 
 from __future__ import annotations
@@ -167,7 +172,10 @@ def build_relation(terms: Sequence[str], sizes: Mapping[str, int], out: str,
     canonical CSR structure) of the einsum ``terms -> out``."""
     rels = []
     for k, S in sparse.items():
-        others = set(out).union(*(t for j, t in enumerate(terms) if j != k))
+        # summing a label out early pays only before a join (the output's grouping sums
+        # the rest, without moving the values first)
+        others = set(terms[k]) if len(sparse) == 1 else \
+            set(out).union(*(t for j, t in enumerate(terms) if j != k))
         rels.append(_operand_relation(k, terms[k], S, others, sizes))
     rels.sort(key=lambda r: r.n)
     acc = rels[0]

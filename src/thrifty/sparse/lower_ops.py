@@ -53,7 +53,10 @@ def _positions(P: sp.csr_array, rows: np.ndarray, cols: np.ndarray) -> np.ndarra
     q = rows * w + cols
     if len(pk) == 0:
         return np.full(len(q), -1, dtype=np.int64)
-    at = np.minimum(np.searchsorted(pk, q), len(pk) - 1)
+    # sorted needles: the search walks P's keys in order (random needles miss the cache)
+    order = np.argsort(q, kind="stable")
+    at = np.empty(len(q), dtype=np.int64)
+    at[order] = np.minimum(np.searchsorted(pk, q[order]), len(pk) - 1)
     return np.where(pk[at] == q, at, -1).astype(np.int64)
 
 
