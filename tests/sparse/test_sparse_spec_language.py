@@ -166,6 +166,17 @@ def test_other_dtypes_match_the_reference_exactly(case, dtype):
     check(DTYPE_CASES[case], inputs, rtol=0.0)
 
 
+def test_every_op_is_lowered_sparse_and_names_its_remaining_dense_cases():
+    from thrifty.graph.ops import OPS
+    from thrifty.sparse.lower import LOWERINGS
+
+    for op in OPS:
+        entry = LOWERINGS[op]
+        assert entry.dense_reason is None, op  # no op is a dense fallback any more
+        if op not in ("input", "const"):
+            assert entry.dense_cases and "dense" in entry.dense_cases, op
+
+
 def test_max_counts_structural_zeros():
     A = sp.csr_array(np.array([[-1.0, 0, -2], [0, 0, 0], [-3.0, -4.0, -5.0], [2.0, 0, -1]]))
     prog = th.program(lambda A: (A.max(axis=1), A.max(axis=0), A.max()))
