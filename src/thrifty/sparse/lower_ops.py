@@ -21,7 +21,7 @@ from thrifty.graph.ops import normalize_axes, normalize_einsum
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, sparse_out
 from thrifty.sparse.coo import Relation, build_relation, coo_of, group_keys, label_key
-from thrifty.sparse.tasks import Gather
+from thrifty.sparse.tasks import NUMBA_DTYPES, Gather
 from thrifty.sparse.tasks_ops import DenseGather, EinsumPlan, MaxSegments, SegSoftmax
 
 __all__ = ["einsum_plan", "lower_einsum_coo", "lower_elementwise_dense_out",
@@ -130,6 +130,32 @@ def _relation_of(b: Builder, node: Node, terms: Sequence[str], out: str,
     return build_relation(terms, sizes, out, sparse)  # type: ignore[arg-type]
 
 
+def _lower_matvec(b: Builder, node: Node, terms: Sequence[str], out: str) -> Value | None:
+    """``ij,j->i`` (``A @ x``) and ``ij,i->j`` (``y @ A``, scipy's CSC kernel on the same
+    arrays) with a CSR ``A`` and a dense vector, in either operand order: one call of
+    scipy's kernel (one pass over the stored entries)."""
+    kinds = [b.values[i].kind for i in node.inputs]
+    if len(terms) != 2 or sorted(kinds) != ["csr", "dense"] or \
+            node.type.dtype not in NUMBA_DTYPES:
+        return None
+    s = kinds.index("csr")
+    a, v = terms[s], terms[1 - s]
+    if len(a) != 2 or a[0] == a[1] or len(v) != 1 or len(out) != 1 or \
+            {v, out} != set(a):
+        return None
+    A, x = (b.values[node.inputs[k]] for k in (s, 1 - s))
+    nnz = A.struct.nnz if A.struct is not None else 0
+    b.flops(2 * nnz)
+    dtype = node.type.dtype
+    if v == a[1]:  # A @ x
+        secs = registry.seconds("spmv_scipy", b.cost, nnz=nnz)
+        return Value(b.task(f"v{node.id}", "spmv_scipy", {"dtype": dtype},
+                            [A.buffer, x.buffer], node.type.nbytes, secs, node.id), "dense")
+    secs = registry.seconds("spmm_scipy", b.cost, flops=2.0 * nnz)
+    return Value(b.task(f"v{node.id}", "spmm_scipy", {"dtype": dtype}, [x.buffer, A.buffer],
+                        node.type.nbytes, secs, node.id), "dense")
+
+
 def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
     """An einsum with CSR operands over the join of their stored entries."""
     if any(b.values[i].kind == "csr" and b.graph[i].type.ndim != 2 for i in node.inputs):
@@ -139,6 +165,9 @@ def lower_einsum_coo(b: Builder, node: Node) -> Value | None:
     if split is None:
         return None
     terms, out, sizes = split
+    mv = _lower_matvec(b, node, terms, out)
+    if mv is not None:
+        return mv
     rel = _relation_of(b, node, terms, out, sizes)
     if rel is None:
         return None
