@@ -191,8 +191,9 @@ def lower_identity_transpose(b: Builder, node: Node) -> Value | None:
     return _einsum_task(b, node, plan, max(1, S.nnz))
 
 
-def _csr_operand(b: Builder, node: Node) -> sp.csr_array | None:
-    (x,) = node.inputs
+def _csr_operand(b: Builder, node: Node, k: int = 0) -> sp.csr_array | None:
+    """The structure of ``node``'s input ``k`` when it is a 2-D CSR value."""
+    x = node.inputs[k]
     v = b.values[x]
     ok = v.kind == "csr" and v.struct is not None and b.graph[x].type.ndim == 2
     return v.struct if ok else None
@@ -291,7 +292,7 @@ def lower_softmax_general(b: Builder, node: Node) -> Value | None:
                      [b.values[i].buffer for i in node.inputs], size,
                      registry.seconds("softmax_csr", b.cost, n=5 * F.nnz), node.id)
         return Value(tid, "csr", P) if P is not None else Value(tid, "dense")
-    S = _csr_operand(b, Node(node.id, node.op, node.inputs[:1], {}, t))
+    S = _csr_operand(b, node)
     if S is None or any(b.values[i].kind == "csr" for i in node.inputs[1:]):
         return None
     b.flops(5 * S.nnz + t.size)
