@@ -8,8 +8,11 @@ returning typed per-node facts ``dict[int, Pattern]``:
   ``add``/``sub`` the union; ``mul``, masks and ``where`` the intersection; an elementwise
   op keeps zeros where ``f(0, ...) == 0`` (probed on the op's own numpy reference, so every
   op of the registry gets a sound rule) and is dense otherwise; transposes transpose;
-  ``einsum`` of matmul shape is a matmul; reductions and general einsums are dense; a
-  masked ``softmax`` has its mask's pattern;
+  ``einsum`` of matmul shape is a matmul, any other einsum with sparse operands is
+  nonzero only at the output keys of the join of their stored entries
+  (:mod:`~thrifty.sparse.coo`; dense when the join leaves an output label free);
+  reductions over an axis are dense; a masked ``softmax`` (along either axis) has its
+  mask's pattern;
 * **backward**, from the outputs: which entries each node must produce. ``(X @ Y.T) * S``
   needs ``X @ Y.T`` only on ``S``'s pattern (an SDDMM), ``(A @ B) * M`` is a masked SpGEMM,
   ``softmax(Q @ K.T, mask=S)`` needs scores only on ``S``'s pattern.
@@ -43,6 +46,7 @@ import scipy.sparse as sp
 
 from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph, Node
+from thrifty.sparse.coo import bool_pattern, build_relation
 from thrifty.sparse.pattern import Pattern
 
 __all__ = ["Propagation", "propagate", "input_pattern", "einsum_as_matmul", "zero_preserving"]
@@ -170,7 +174,7 @@ def _fwd_einsum(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bo
     ins = node.inputs
     form = einsum_as_matmul(node.attrs["subscripts"])
     if form is None or len(ins) != 2:
-        return Pattern.dense(node.type.shape)
+        return _fwd_einsum_general(graph, node, pats)
     a, b = pats[ins[0]], pats[ins[1]]
     a = a.transpose() if form[0] else a
     b = b.transpose() if form[1] else b
@@ -178,15 +182,57 @@ def _fwd_einsum(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: bo
     return out.transpose() if form[2] else out
 
 
+def _fwd_einsum_general(graph: Graph, node: Node, pats: Mapping[int, Pattern]) -> Pattern:
+    """An einsum with sparse operands: nonzero only at output keys of the join of the
+    sparse operands' stored entries (:mod:`thrifty.sparse.coo`), when that join binds both
+    output labels."""
+    from thrifty.graph.ops import normalize_einsum
+
+    shapes = [graph[i].type.shape for i in node.inputs]
+    subs, sizes = normalize_einsum(node.attrs["subscripts"], shapes)
+    lhs, out = subs.split("->")
+    terms = lhs.split(",")
+    if any(sizes[c] != d for t, sh in zip(terms, shapes) for c, d in zip(t, sh)):
+        return Pattern.dense(node.type.shape)
+    sparse = {k: pats[i].elements for k, i in enumerate(node.inputs)
+              if len(shapes[k]) == 2 and not pats[i].is_dense and pats[i].elements is not None}
+    fast = _relabelled(terms, out, [pats[i] for i in node.inputs], set(sparse))
+    if fast is not None:
+        return fast
+    bound = set().union(*(terms[k] for k in sparse)) if sparse else set()
+    if not set(out) <= bound:
+        return Pattern.dense(node.type.shape)
+    rel = build_relation(terms, sizes, out, sparse)  # type: ignore[arg-type]
+    rows, cols = rel.labels[out[0]], rel.labels[out[1]]
+    return Pattern.from_elements(bool_pattern(rows, cols, node.type.shape))  # type: ignore[arg-type]
+
+
+def _relabelled(terms: list[str], out: str, ps: list[Pattern], sparse: set[int]
+                ) -> Pattern | None:
+    """The pattern of ``ij->ij``, ``ij->ji`` and of ``ij,ij->ij`` (either operand order
+    transposed) from the operands' patterns directly; ``None`` for other einsums."""
+    if any(len(t) != 2 or t[0] == t[1] for t in terms) or len(terms) > 2:
+        return None
+    if len(terms) == 1 and 0 in sparse:
+        return ps[0] if terms[0] == out else ps[0].transpose()
+    if len(terms) == 2 and set(terms[0]) == set(terms[1]) == set(out):
+        a, b = (p if t == out else p.transpose() for t, p in zip(terms, ps))
+        return a.intersect(b)
+    return None
+
+
 def _fwd_transpose(graph: Graph, node: Node, pats: Mapping[int, Pattern],
                    exact: bool) -> Pattern:
-    return pats[node.inputs[0]].transpose() if tuple(node.attrs["axes"]) == (1, 0) \
+    axes = tuple(node.attrs["axes"])
+    if axes == (0, 1):
+        return pats[node.inputs[0]]
+    return pats[node.inputs[0]].transpose() if axes == (1, 0) \
         else Pattern.dense(node.type.shape)
 
 
 def _fwd_softmax(graph: Graph, node: Node, pats: Mapping[int, Pattern],
                  exact: bool) -> Pattern:
-    if len(node.inputs) == 2 and node.attrs["axis"] in (1, -1):
+    if len(node.inputs) == 2:  # along either axis: zero wherever the mask is
         return _operand(graph, pats, node.inputs[1], node.type.shape)
     return Pattern.dense(node.type.shape)
 
@@ -316,8 +362,7 @@ def _bwd_where(graph: Graph, node: Node, need_out: Pattern | None, fwd: Mapping[
 def _bwd_softmax(graph: Graph, node: Node, need_out: Pattern | None,
                  fwd: Mapping[int, Pattern], same: list[bool]) -> list[Pattern | None]:
     ins = node.inputs
-    if len(ins) == 2 and node.attrs["axis"] in (1, -1) and same[0] and same[1] \
-            and not fwd[ins[1]].is_dense:
+    if len(ins) == 2 and same[0] and same[1] and not fwd[ins[1]].is_dense:
         return [fwd[ins[1]], None]
     return [None] * len(ins)
 

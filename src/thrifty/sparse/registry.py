@@ -35,6 +35,7 @@ from typing import Any
 from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
 from thrifty.sparse import tasks as T
+from thrifty.sparse import tasks_ops as TO
 from thrifty.sparse.cost import CostModel
 
 __all__ = ["KERNELS", "KernelSpec", "build", "reads_pattern_at_run_time", "seconds",
@@ -136,6 +137,30 @@ _ENTRIES = [
                "reference",
                lambda a: a["op"] == "matmul",
                "the op's numpy reference on densified operands (matmul: numpy/scipy)"),
+    # the general ops on sparse operands (thrifty.sparse.lower_ops)
+    KernelSpec("einsum_coo", ("plan", "dtype"), lambda a: TO.EinsumCoo(a["plan"], a["dtype"]),
+               _csr_price, doc="an einsum over the joined stored entries of its CSR operands"),
+    KernelSpec("reduce_max_csr", ("segments", "dtype"),
+               lambda a: TO.ReduceMaxCsr(a["segments"], a["dtype"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="max over rows/columns of CSR, implicit zeros included"),
+    KernelSpec("softmax_csr", ("slices", "gathers", "take", "pattern", "mask_pattern", "dtype"),
+               lambda a: TO.SoftmaxCsr(a["slices"], a["gathers"], a["take"], a["pattern"],
+                                       a["mask_pattern"], a["dtype"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="softmax along rows or columns over the mask's pattern"),
+    KernelSpec("softmax_dense_out", ("slices", "struct", "axis", "dtype"),
+               lambda a: TO.SoftmaxDenseOut(a["slices"], a["struct"], a["axis"], a["dtype"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="softmax of a CSR operand (no mask, or a dense one): a dense result"),
+    KernelSpec("elementwise_dense_out",
+               ("op", "op_attrs", "kinds", "gathers", "pattern", "shape", "dtype"),
+               lambda a: TO.ElementwiseDenseOut(a["op"], a["op_attrs"], a["kinds"],
+                                                a["gathers"], a["pattern"], a["shape"],
+                                                a["dtype"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="an elementwise op with a dense result: CSR operands as 0, then their "
+                   "stored entries"),
 ]
 
 #: Every kernel a sparse plan's task can name.

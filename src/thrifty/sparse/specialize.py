@@ -33,7 +33,13 @@ csr @ csr               ``spgemm`` (scipy)
 dense @ dense           ``gemm`` (BLAS through numpy)
 masked softmax          ``masked_softmax`` over the mask's pattern
 elementwise, sparse     ``elementwise_csr``: numpy on the values of the output pattern
-anything else           ``dense``: the op's numpy reference on densified operands
+elementwise, dense      ``elementwise_dense_out``: the op with CSR operands as 0, then on
+result                  their stored entries
+other einsums, sum      ``einsum_coo``: one einsum over the joined stored entries of the
+                        CSR operands (:mod:`~thrifty.sparse.coo`)
+max over axes           ``reduce_max_csr`` (implicit zeros count)
+softmax, either axis    ``softmax_csr`` (over a sparse mask) or ``softmax_dense_out``
+anything else           ``dense``: the op's numpy reference (dense operands)
 ======================  ===============================================================
 
 Row-panel kernels are split into as many tasks as the cost model finds worth the
