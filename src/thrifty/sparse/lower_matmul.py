@@ -22,7 +22,7 @@ from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out,
 from thrifty.sparse.pattern import Pattern
 from thrifty.sparse.tasks import NUMBA_DTYPES, Seg
 
-__all__ = ["lower_einsum", "lower_matmul"]
+__all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 
 #: Above this many visited pairs, a masked product's flops are not counted exactly.
 EXACT_COUNT_LIMIT = 10**6
@@ -32,7 +32,11 @@ def lower_matmul(b: Builder, node: Node) -> Value:
     """``A @ B``: the kernel its operands' forms and patterns call for."""
     a_id, b_id = node.inputs
     dtype = node.type.dtype
+    if _deferred_to_user(b, node):
+        return Value(f"chain{node.id}", "deferred")
     va, vb = b.values[a_id], b.values[b_id]
+    if "deferred" in (va.kind, vb.kind):
+        return _lower_chain(b, node)
     shape_a, shape_b = b.graph[a_id].type.shape, b.graph[b_id].type.shape
     if dtype not in NUMBA_DTYPES or len(shape_a) != 2 or len(shape_b) not in (1, 2):
         return _generic_matmul(b, node, va, vb)
@@ -55,6 +59,89 @@ def lower_matmul(b: Builder, node: Node) -> Value:
                             [va.buffer, vb.buffer], nbytes(node.type.shape, dtype),
                             registry.seconds("spgemm", b.cost, flops=flops), node.id), "dense")
     return _generic_matmul(b, node, va, vb)
+
+
+def _chain_of(b: Builder, outer: Node) -> tuple[int, int, int, int] | None:
+    """``(A, X, W, inner)`` when ``outer`` is ``A @ (X @ W)`` or ``(A @ X) @ W`` with ``A``
+    CSR (not a full pattern), ``X`` and ``W`` dense 2-D, one dtype, and the inner product
+    read by ``outer`` only: a chain whose association the cost model chooses."""
+    g = b.graph
+    if not b.cost.chains or outer.op != "matmul" or \
+            outer.type.dtype not in NUMBA_DTYPES or outer.type.ndim != 2:
+        return None
+    x, y = outer.inputs
+    for inner, right in ((y, True), (x, False)):
+        n = g[inner]
+        if n.op != "matmul" or g.users(inner) != (outer.id,) or inner in g.outputs or \
+                n.type.dtype != outer.type.dtype:
+            continue
+        a, X, W = (x, *n.inputs) if right else (*n.inputs, y)
+        if any(i not in b.values for i in (a, X, W)):
+            return None
+        va, vx, vw = b.values[a], b.values[X], b.values[W]
+        A = va.struct
+        if va.kind != "csr" or A is None or vx.kind != "dense" or vw.kind != "dense" or \
+                A.nnz == A.shape[0] * A.shape[1] or g[X].type.ndim != 2 or \
+                g[W].type.ndim != 2 or g[a].type.dtype != outer.type.dtype:
+            return None
+        return a, X, W, inner
+    return None
+
+
+def chain_is_left(b: Builder, chain: tuple[int, int, int, int]) -> bool:
+    """Whether the cost model runs the chain as ``(A @ X) @ W`` fused per row panel."""
+    a, X, W, _ = chain
+    A = b.values[a].struct
+    assert A is not None
+    f_in, f_out = b.graph[W].type.shape
+    left, right = b.cost.chain_seconds(A.nnz, A.shape[0], A.shape[1], f_in, f_out)
+    return left <= right
+
+
+def _deferred_to_user(b: Builder, node: Node) -> bool:
+    """Whether ``node`` is the inner product of a chain lowered at its user instead."""
+    users = b.graph.users(node.id)
+    if len(users) != 1:
+        return False
+    chain = _chain_of(b, b.graph[users[0]])
+    if chain is None or chain[3] != node.id:
+        return False
+    written_left = b.graph[users[0]].inputs[0] == node.id
+    return written_left or chain_is_left(b, chain)
+
+
+def _lower_chain(b: Builder, node: Node) -> Value:
+    """A chain whose inner product was deferred: ``(A @ X) @ W`` fused per row panel, or
+    ``X @ W`` by BLAS and then ``A @ (X @ W)``."""
+    chain = _chain_of(b, node)
+    assert chain is not None
+    a, X, W, _ = chain
+    va, dtype, cm = b.values[a], node.type.dtype, b.cost
+    A = va.struct
+    assert A is not None
+    (m, f_in), f_out = b.graph[X].type.shape, b.graph[W].type.shape[1]
+    if not chain_is_left(b, chain):
+        flops = 2.0 * m * f_in * f_out
+        b.flops(flops)
+        xw = b.task(f"xw{node.id}", "gemm", {"dtype": dtype}, [b.values[X].buffer,
+                    b.values[W].buffer], nbytes((m, f_out), dtype),
+                    registry.seconds("gemm", cm, flops=flops), node.id)
+        return _lower_csr_dense(b, node, va, Value(xw, "dense"), (m, f_out),
+                                b.prop.forward[a])
+    post = b.post.get(node.id)
+    if post is not None:
+        b.fused.add(node.id)
+    by_range, _ = _spmm_tasks(b, A, b.prop.forward[a], f_in)
+    n = A.shape[0]
+    b.flops(2 * n * f_in * f_out)
+    secs = registry.seconds("spmm_chain", cm, nnz=A.nnz, n=n, m=m, f_in=f_in, f_out=f_out)
+    rows = cm.chain_rows(f_in, f_out)
+    return panelled(b, node, "chain", node.type.shape, dtype, list(by_range),
+                    lambda r0, r1: "spmm_chain",
+                    lambda r0, r1: {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]),
+                                    "dtype": dtype, "post": post, "panel_rows": rows,
+                                    "with_w": True},
+                    [va.buffer, b.values[X].buffer, b.values[W].buffer], secs, None)
 
 
 def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
@@ -106,7 +193,7 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
 
 
 def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,
-                     shape_b: tuple[int, ...]) -> Value:
+                     shape_b: tuple[int, ...], pat: Pattern | None = None) -> Value:
     """CSR @ dense: the full-pattern gemm, SpMV or SpMM."""
     dtype, cm = node.type.dtype, b.cost
     A = va.struct
@@ -130,16 +217,36 @@ def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,
         return panelled(b, node, "spmv", node.type.shape, dtype, ranges,
                         lambda r0, r1: "spmv", lambda r0, r1: {"rows": (r0, r1), "dtype": dtype},
                         reads, secs, None)
-    return _lower_spmm(b, node, A, reads, shape_b[1])
+    return _lower_spmm(b, node, A, reads, shape_b[1], pat)
 
 
-def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: int) -> Value:
+def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: int,
+                pat: Pattern | None = None) -> Value:
     """CSR @ dense matrix: row segments in CSR or gathered panels, grouped into tasks."""
-    dtype, cm = node.type.dtype, b.cost
+    dtype = node.type.dtype
     post = b.post.get(node.id)
     if post is not None:
         b.fused.add(node.id)
-    segs = _spmm_segments(b, A, b.prop.forward[node.inputs[0]], k, 0, A.shape[0])
+    by_range, secs = _spmm_tasks(b, A, pat or b.prop.forward[node.inputs[0]], k)
+
+    def kernel_of(r0: int, r1: int) -> str:
+        forms = {s.form for s in by_range[(r0, r1)]}
+        return "spmm_panel" if forms == {"panel"} else "spmm_csr"
+
+    def attrs_of(r0: int, r1: int) -> dict[str, Any]:
+        return {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]), "dtype": dtype,
+                "post": post}
+
+    return panelled(b, node, "spmm", node.type.shape, dtype, list(by_range), kernel_of,
+                    attrs_of, reads, secs, None)
+
+
+def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int
+                ) -> tuple[dict[tuple[int, int], list[Seg]], float]:
+    """The segments of ``A @ X`` (``X`` of ``k`` columns) grouped into row tasks of about
+    equal estimated time, by row range, and the total estimate; counts the flops."""
+    cm = b.cost
+    segs = _spmm_segments(b, A, pat, k, 0, A.shape[0])
     seg_secs = []
     executed = 0
     for s in segs:
@@ -156,17 +263,7 @@ def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: in
     secs = float(sum(seg_secs))
     groups = _group_segments(segs, seg_secs, cm.n_tasks(secs))
     by_range = {(g[0].r0, g[-1].r1): g for g in groups} or {(0, 0): [Seg(0, 0, "csr")]}
-
-    def kernel_of(r0: int, r1: int) -> str:
-        forms = {s.form for s in by_range[(r0, r1)]}
-        return "spmm_panel" if forms == {"panel"} else "spmm_csr"
-
-    def attrs_of(r0: int, r1: int) -> dict[str, Any]:
-        return {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]), "dtype": dtype,
-                "post": post}
-
-    return panelled(b, node, "spmm", node.type.shape, dtype, list(by_range), kernel_of,
-                    attrs_of, reads, secs, None)
+    return by_range, secs
 
 
 def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,

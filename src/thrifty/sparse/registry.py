@@ -34,6 +34,7 @@ from typing import Any
 
 from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
+from thrifty.sparse import fused as F
 from thrifty.sparse import tasks as T
 from thrifty.sparse.cost import CostModel
 
@@ -136,6 +137,13 @@ _ENTRIES = [
                "reference",
                lambda a: a["op"] == "matmul",
                "the op's numpy reference on densified operands (matmul: numpy/scipy)"),
+    KernelSpec("spmm_chain", ("rows", "segments", "dtype", "post", "panel_rows", "with_w"),
+               lambda a: F.ChainPanel(*_rows(a), a["segments"], a["dtype"], a["post"],
+                                      a["panel_rows"], a["with_w"]),
+               lambda cm, nnz, n, m, f_in, f_out: cm.chain_seconds(nnz, n, m, f_in,
+                                                                   f_out)[0],
+               doc="rows of post((A @ X) @ W) (or post(A @ X)) per cache panel: SpMM rows, "
+                   "their gemm by W and the elementwise op while the panel is in cache"),
 ]
 
 #: Every kernel a sparse plan's task can name.
