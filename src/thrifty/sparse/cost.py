@@ -59,6 +59,9 @@ class CostModel:
         associated by :meth:`chain_seconds` (and ``(A @ X) @ W`` fused per row panel);
         ``False`` lowers each product as written (what matrix-unit emulation of a plan
         needs: it replays the spec's products one by one).
+    masked_visit:
+        Seconds per pair ``(a_ik, b_kj)`` a masked SpGEMM row visits (an indirect load and
+        a test of the dense accumulator: latency, not flops, bounds it).
     blas_call:
         Fixed cost of one small BLAS call (a fused chain's per-panel gemm).
     tasks_per_thread:
@@ -85,6 +88,7 @@ class CostModel:
     panel_overhead: float = 1.0e-5
     tasks_per_thread: int = 2
     blas_call: float = 2.0e-6
+    masked_visit: float = 2.5e-9
     chains: bool = True
 
     @property
@@ -141,3 +145,7 @@ class CostModel:
         thread (two row tasks each calling a multi-threaded BLAS at once ran 10x slower
         here, measured with 256-row panels at f = 64)."""
         return int(max(8, min(128, (1 << 19) // max(1, f_in * f_out))))
+
+    def masked_seconds(self, visits: float, nnz: int) -> float:
+        """A mask-driven masked SpGEMM visiting ``visits`` pairs into ``nnz`` mask entries."""
+        return visits * self.masked_visit + 3.0 * self.elementwise_seconds(nnz)

@@ -20,7 +20,7 @@ from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
 from thrifty.sparse.pattern import Pattern
-from thrifty.sparse.tasks import NUMBA_DTYPES, Seg
+from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
 
 __all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 
@@ -179,17 +179,58 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     visits = int(work[-1])
     hits = _masked_hits(Sa, Sb, P) if visits <= EXACT_COUNT_LIMIT else visits
     b.flops(2 * hits)
-    kernel = "masked_spgemm_dot" if dot else "masked_spgemm"
-    secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
-    ranges = split_rows(work, b.cost.n_tasks(secs))
-    right = vb.buffer
+    reads = [va.buffer, vb.buffer]
+    spos = None
     if dot:
-        right = b.task(f"bt{node.id}", "transpose", {}, [vb.buffer],
-                       nbytes(Sb.shape, dtype, Sb.nnz), 0.0, node.id, False)
+        kernel = "masked_spgemm_dot"
+        secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
+        reads[1] = b.task(f"bt{node.id}", "transpose", {}, [vb.buffer],
+                          nbytes(Sb.shape, dtype, Sb.nnz), 0.0, node.id, False)
+    else:
+        kernel = "masked_spgemm_rows"
+        secs = registry.seconds(kernel, b.cost, visits=float(work[-1]), nnz=P.nnz)
+        scale = _mask_scale(b, node, P)
+        if scale is not None:  # (A @ B) * S, S stored on P's entries: S's values in the kernel
+            b.fuse_into[scale[0]] = node.id
+            b.fused.add(node.id)
+            reads.append(scale[1])
+            spos = scale[2]
+    ranges = split_rows(work, b.cost.n_tasks(secs))
     return panelled(b, node, "mdot" if dot else "mspgemm", (P.nnz,), dtype, ranges,
                     lambda r0, r1: kernel,
-                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype},
-                    [va.buffer, right], secs, P)
+                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype,
+                                    **({} if dot else {"scale_pos": spos})},
+                    reads, secs, P)
+
+
+def _mask_scale(b: Builder, node: Node, P: sp.csr_array
+                ) -> tuple[int, str, np.ndarray] | None:
+    """``(mul node, buffer of S, where P's entries are among S's)`` when ``node``'s only
+    reader is ``node * S`` (either order) with ``S`` a CSR value stored at every entry of
+    ``P`` and the product's pattern ``P``: the masked kernel then multiplies by ``S``'s
+    values as it writes each entry."""
+    g = b.graph
+    users = g.users(node.id)
+    if len(users) != 1 or node.id in g.outputs:
+        return None
+    u = g[users[0]]
+    others = [i for i in u.inputs if i != node.id]
+    if u.op != "mul" or len(others) != 1 or u.type != node.type or \
+            g[others[0]].type != node.type or others[0] not in b.values:
+        return None
+    vs, Pu = b.values[others[0]], sparse_out(b, u.id)
+    if vs.kind != "csr" or vs.struct is None or Pu is None or not _same_pattern(Pu, P):
+        return None
+    g_s = Gather("csr", P, P.shape, vs.struct)
+    if g_s.kind == "same":
+        return u.id, vs.buffer, np.arange(P.nnz, dtype=np.int64)
+    assert g_s.found is not None and g_s.pos is not None
+    return (u.id, vs.buffer, g_s.pos.astype(np.int64)) if g_s.found.all() else None
+
+
+def _same_pattern(A: sp.csr_array, B: sp.csr_array) -> bool:
+    return A.shape == B.shape and A.nnz == B.nnz and \
+        K.same_values(A.indptr, B.indptr) and K.same_values(A.indices, B.indices)
 
 
 def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,

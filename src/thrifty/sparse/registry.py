@@ -35,6 +35,7 @@ from typing import Any
 from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
 from thrifty.sparse import fused as F
+from thrifty.sparse import masked as M
 from thrifty.sparse import tasks as T
 from thrifty.sparse.cost import CostModel
 
@@ -144,6 +145,11 @@ _ENTRIES = [
                                                                    f_out)[0],
                doc="rows of post((A @ X) @ W) (or post(A @ X)) per cache panel: SpMM rows, "
                    "their gemm by W and the elementwise op while the panel is in cache"),
+    KernelSpec("masked_spgemm_rows", ("rows", "pattern", "dtype", "scale_pos"),
+               lambda a: M.MaskedRows(*_rows(a), a["pattern"], a["dtype"], a["scale_pos"]),
+               lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
+               doc="(CSR @ CSR) * S on S's pattern, mask-driven rows (dense accumulator), "
+                   "S's values applied as each entry is written"),
 ]
 
 #: Every kernel a sparse plan's task can name.
