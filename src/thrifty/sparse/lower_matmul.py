@@ -21,6 +21,7 @@ from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
 from thrifty.sparse.pattern import Pattern
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
+from thrifty.sparse.transpose import transpose_pattern
 
 __all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 
@@ -184,8 +185,8 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     if dot:
         kernel = "masked_spgemm_dot"
         secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
-        reads[1] = b.task(f"bt{node.id}", "transpose", {}, [vb.buffer],
-                          nbytes(Sb.shape, dtype, Sb.nnz), 0.0, node.id, False)
+        reads[1] = transposed(b, f"bt{node.id}", vb, nbytes(Sb.shape, dtype, Sb.nnz),
+                              node.id).buffer
     else:
         kernel = "masked_spgemm_rows"
         secs = registry.seconds(kernel, b.cost, visits=float(work[-1]), nnz=P.nnz)
@@ -402,12 +403,16 @@ def _generic_matmul(b: Builder, node: Node, va: Value, vb: Value) -> Value:
 
 
 def transposed(b: Builder, tid: str, v: Value, size: int, node: int) -> Value:
-    """A transpose task of ``v`` (its structure transposed too)."""
-    struct = None if v.struct is None else sp.csr_array(v.struct.T)
-    if struct is not None:
-        struct.sort_indices()
+    """A transpose task of ``v`` (its structure transposed too; a CSR value's transpose
+    pattern is computed once, here, and a run only gathers its values)."""
+    if v.kind == "csr" and v.struct is not None:
+        # the transpose's pattern and value permutation computed here, once: a run gathers
+        P, perm = transpose_pattern(v.struct)
+        tid = b.task(tid, "transpose_csr", {"pattern": P, "perm": perm}, [v.buffer], size,
+                     registry.seconds("transpose_csr", b.cost, n=P.nnz), node, False)
+        return Value(tid, "csr", P)
     return Value(b.task(tid, "transpose", {}, [v.buffer], size, 0.0, node, False), v.kind,
-                 struct)
+                 None)
 
 
 def lower_einsum(b: Builder, node: Node, form: tuple[bool, bool, bool]) -> Value:

@@ -37,6 +37,7 @@ from thrifty.graph.taskgraph import Task
 from thrifty.sparse import fused as F
 from thrifty.sparse import masked as M
 from thrifty.sparse import tasks as T
+from thrifty.sparse import transpose as TR
 from thrifty.sparse.cost import CostModel
 
 __all__ = ["KERNELS", "KernelSpec", "build", "reads_pattern_at_run_time", "seconds",
@@ -150,6 +151,11 @@ _ENTRIES = [
                lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
                doc="(CSR @ CSR) * S on S's pattern, mask-driven rows (dense accumulator), "
                    "S's values applied as each entry is written"),
+    KernelSpec("transpose_csr", ("pattern", "perm"),
+               lambda a: TR.CsrTranspose(a["pattern"], a["perm"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="A.T of an inspected CSR pattern: its values gathered into the "
+                   "transpose's precomputed pattern"),
 ]
 
 #: Every kernel a sparse plan's task can name.
