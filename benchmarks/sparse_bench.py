@@ -129,6 +129,14 @@ def load(name: str) -> sp.csr_array:
     if kind == "rmat":
         G = rmat(int(arg), 16, seed=0)
         return sp.csr_array(((G + G.T) > 0).astype(np.float64))
+    if kind == "blocks":  # block-sparse: dense bs x bs blocks, `per` per block row
+        n, bs, per = (int(s) for s in arg.split("-"))
+        rng = np.random.default_rng(0)
+        nb = n // bs
+        bi = np.repeat(np.arange(nb), per)
+        bj = np.concatenate([rng.choice(nb, per, replace=False) for _ in range(nb)])
+        grid = sp.csr_array((np.ones(len(bi)), (bi, bj)), shape=(nb, nb))
+        return sp.csr_array(sp.kron(grid, np.ones((bs, bs)), format="csr"))
     if kind == "random":
         n, per = (int(s) for s in arg.split("-"))
         rng = np.random.default_rng(0)

@@ -20,6 +20,7 @@ from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
 from thrifty.sparse.pattern import Pattern
+from thrifty.sparse.sddmm import plan_blocks
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
 from thrifty.sparse.transpose import transpose_pattern
 
@@ -148,6 +149,18 @@ def _lower_chain(b: Builder, node: Node) -> Value:
 def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
                  d: int) -> Value:
     dtype = node.type.dtype
+    bp = plan_blocks(P, d, b.cost) if dtype in ("float32", "float64") else None
+    if bp is not None:
+        secs = registry.seconds("sddmm_blocks", b.cost, seconds=bp.seconds(b.cost, d))
+        t = bp.tile
+        tiles = np.minimum(np.arange(0, P.shape[0] + t, t), P.shape[0])
+        cuts = split_rows(P.indptr[tiles].astype(np.float64), b.cost.n_tasks(secs))
+        ranges = [(int(tiles[r0]), int(tiles[r1])) for r0, r1 in cuts]
+        b.flops(2 * P.nnz * d, 2 * (bp.n_blocks * t * t + len(bp.rest_pos)) * d)
+        return panelled(b, node, "sddmm", (P.nnz,), dtype, ranges,
+                        lambda r0, r1: "sddmm_blocks",
+                        lambda r0, r1: {"rows": (r0, r1), "blocks": bp, "dtype": dtype},
+                        [va.buffer, vb.buffer], secs, P)
     secs = registry.seconds("sddmm", b.cost, flops=2.0 * P.nnz * d)
     ranges = split_rows(P.indptr.astype(np.float64), b.cost.n_tasks(secs))
     b.flops(2 * P.nnz * d)

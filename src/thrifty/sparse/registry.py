@@ -36,6 +36,7 @@ from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
 from thrifty.sparse import fused as F
 from thrifty.sparse import masked as M
+from thrifty.sparse import sddmm as SD
 from thrifty.sparse import tasks as T
 from thrifty.sparse import transpose as TR
 from thrifty.sparse.cost import CostModel
@@ -151,6 +152,11 @@ _ENTRIES = [
                lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
                doc="(CSR @ CSR) * S on S's pattern, mask-driven rows (dense accumulator), "
                    "S's values applied as each entry is written"),
+    KernelSpec("sddmm_blocks", ("rows", "blocks", "dtype"),
+               lambda a: SD.BlockSddmm(*_rows(a), a["blocks"], a["dtype"]),
+               lambda cm, seconds: seconds, "sddmm",
+               doc="dense @ dense at a pattern's entries: its dense tiles by BLAS, the "
+                   "rest by dot products"),
     KernelSpec("transpose_csr", ("pattern", "perm"),
                lambda a: TR.CsrTranspose(a["pattern"], a["perm"]),
                lambda cm, n: cm.elementwise_seconds(n),
