@@ -74,7 +74,7 @@ def test_triangle_product_fuses_the_mask_product():
         plan = _plan(lambda L: (L @ L) * L, {"L": L}, cost)
         kernels = plan.report()["kernels"]
         assert kernels["fused_mul"] == 1 and "elementwise_csr" not in kernels
-        assert kernels["masked_spgemm_rows"] >= (2 if cost is PANELS else 1)
+        assert kernels["masked_spgemm"] >= (2 if cost is PANELS else 1)
         D = L.toarray()
         _check(plan, {"L": L}, (D @ D) * D)
 

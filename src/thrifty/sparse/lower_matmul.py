@@ -201,7 +201,7 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
         reads[1] = transposed(b, f"bt{node.id}", vb, nbytes(Sb.shape, dtype, Sb.nnz),
                               node.id).buffer
     else:
-        kernel = "masked_spgemm_rows"
+        kernel = "masked_spgemm"
         secs = registry.seconds(kernel, b.cost, visits=float(work[-1]), nnz=P.nnz)
         scale = _mask_scale(b, node, P)
         if scale is not None:  # (A @ B) * S, S stored on P's entries: S's values in the kernel

@@ -109,9 +109,6 @@ _ENTRIES = [
     KernelSpec("sddmm", ("rows", "pattern", "dtype"),
                lambda a: T.SddmmPanel(*_rows(a), a["pattern"], a["dtype"]), _csr_price,
                "sddmm", doc="dense @ dense at the entries of a pattern"),
-    KernelSpec("masked_spgemm", ("rows", "pattern", "dtype"),
-               lambda a: T.MaskedSpgemmPanel(*_rows(a), a["pattern"], a["dtype"]),
-               _csr_price, "masked_spgemm", doc="CSR @ CSR on a mask (Gustavson)"),
     KernelSpec("masked_spgemm_dot", ("rows", "pattern", "dtype"),
                lambda a: T.MaskedDotPanel(*_rows(a), a["pattern"], a["dtype"]),
                _csr_price, "masked_spgemm",
@@ -147,11 +144,11 @@ _ENTRIES = [
                                                                    f_out)[0],
                doc="rows of post((A @ X) @ W) (or post(A @ X)) per cache panel: SpMM rows, "
                    "their gemm by W and the elementwise op while the panel is in cache"),
-    KernelSpec("masked_spgemm_rows", ("rows", "pattern", "dtype", "scale_pos"),
+    KernelSpec("masked_spgemm", ("rows", "pattern", "dtype", "scale_pos"),
                lambda a: M.MaskedRows(*_rows(a), a["pattern"], a["dtype"], a["scale_pos"]),
                lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
-               doc="(CSR @ CSR) * S on S's pattern, mask-driven rows (dense accumulator), "
-                   "S's values applied as each entry is written"),
+               doc="CSR @ CSR on a mask (Gustavson's rows, a dense accumulator); for "
+                   "(A @ B) * S, S's values applied as each entry is written"),
     KernelSpec("sddmm_blocks", ("rows", "blocks", "dtype"),
                lambda a: SD.BlockSddmm(*_rows(a), a["blocks"], a["dtype"]),
                lambda cm, seconds: seconds, "sddmm",
