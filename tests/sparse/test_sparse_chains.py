@@ -137,3 +137,18 @@ def test_random_chains_equal_dense_reference(n, m, f_in, f_out, density, empty, 
         np.testing.assert_allclose(got, want, rtol=2e-6 if dtype == "float32" else 1e-14)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_as_written_lowers_each_product_as_the_spec_wrote_it():
+    from thrifty.sparse.fused import as_written
+
+    rng = np.random.default_rng(4)
+    A = _int_csr(200, 200, 0.05, rng)
+    inputs = {"A": A, "X": _ints((200, 8), rng, "float64"), "W": _ints((8, 32), rng,
+                                                                         "float64")}
+    plan = _plan(GCN, inputs)
+    assert any(t.attrs.get("chain") for t in plan.taskgraph.tasks.values())
+    plain = as_written(plan, inputs)
+    assert not any(t.attrs.get("chain") for t in plain.taskgraph.tasks.values())
+    assert plain.report()["kernels"]["gemm"] == 1
+    assert as_written(plain, inputs) is plain

@@ -36,7 +36,7 @@ from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
 from thrifty.sparse.tasks import Seg
 
-__all__ = ["ChainPanel", "inplace_post"]
+__all__ = ["ChainPanel", "as_written", "inplace_post"]
 
 
 def inplace_post(op: str, attrs: Mapping[str, Any]) -> Callable[[np.ndarray], None]:
@@ -112,3 +112,18 @@ class ChainPanel:
             if self.post is not None:
                 self.post(o)
         return out[self.r0:self.r1]
+
+
+def as_written(plan: Any, inputs: Mapping[str, Any]) -> Any:
+    """``plan``, or when it associated a matmul chain (its tasks compute a product the spec
+    did not write), the plan of the same graph and inputs with each product lowered as
+    written (``CostModel(chains=False)``): what a replay of the spec's products one by one
+    (matrix-unit emulation) must follow."""
+    if not any(t.attrs.get("chain") for t in plan.taskgraph.tasks.values()):
+        return plan
+    from dataclasses import replace
+
+    from thrifty.sparse.specialize import specialize
+
+    return specialize(plan.graph, inputs, structure=plan.structure,
+                      cost=replace(plan.cost, chains=False))

@@ -125,8 +125,8 @@ def _lower_chain(b: Builder, node: Node) -> Value:
     if not chain_is_left(b, chain):
         flops = 2.0 * m * f_in * f_out
         b.flops(flops)
-        xw = b.task(f"xw{node.id}", "gemm", {"dtype": dtype}, [b.values[X].buffer,
-                    b.values[W].buffer], nbytes((m, f_out), dtype),
+        xw = b.task(f"xw{node.id}", "gemm", {"dtype": dtype, "chain": True},
+                    [b.values[X].buffer, b.values[W].buffer], nbytes((m, f_out), dtype),
                     registry.seconds("gemm", cm, flops=flops), node.id)
         return _lower_csr_dense(b, node, va, Value(xw, "dense"), (m, f_out),
                                 b.prop.forward[a])
@@ -142,7 +142,7 @@ def _lower_chain(b: Builder, node: Node) -> Value:
                     lambda r0, r1: "spmm_chain",
                     lambda r0, r1: {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]),
                                     "dtype": dtype, "post": post, "panel_rows": rows,
-                                    "with_w": True},
+                                    "with_w": True, "chain": True},
                     [va.buffer, b.values[X].buffer, b.values[W].buffer], secs, None)
 
 
