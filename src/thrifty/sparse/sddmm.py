@@ -28,6 +28,7 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 import scipy.sparse as sp
+from scipy.sparse import _sparsetools as _st  # scipy's CSR kernels, without its dispatch
 
 from thrifty.sparse.cost import CostModel
 
@@ -77,27 +78,36 @@ class BlockPlan:
             2.0 * len(self.rest_pos) * d / cm.csr_flops
 
 
-def _tiles(P: sp.csr_array, t: int, cm: CostModel, d: int) -> BlockPlan:
-    n, m = P.shape
-    rows = np.repeat(np.arange(n, dtype=np.int64), np.diff(P.indptr))
+def _tile_counts(rows: np.ndarray, cols: np.ndarray, shape: tuple[int, int],
+                 t: int) -> sp.csr_array:
+    """Entries per ``t x t`` tile (a CSR grid; scipy's COO -> CSR sums them)."""
+    G = sp.csr_array((np.ones(len(rows), dtype=np.int64), (rows // t, cols // t)),
+                     shape=(-(-shape[0] // t), -(-shape[1] // t)))
+    G.sum_duplicates()
+    return G
+
+
+def _tiles(P: sp.csr_array, rows: np.ndarray, t: int, G: sp.csr_array,
+           dense: np.ndarray) -> BlockPlan:
+    """The plan of tiles ``dense`` (a mask over ``G``'s stored tiles) of side ``t``."""
+    m = P.shape[1]
     cols = P.indices.astype(np.int64)
-    nct = -(-m // t)
+    flag = np.zeros(len(rows), dtype=np.int8)
+    idx = G.indptr.dtype
+    _st.csr_sample_values(G.shape[0], G.shape[1], G.indptr, G.indices,
+                          dense.astype(np.int8), len(rows), (rows // t).astype(idx),
+                          (cols // t).astype(idx), flag)
+    in_tile = flag.astype(bool)
+    nct = G.shape[1]
     key = (rows // t) * nct + cols // t
-    ukeys, counts = np.unique(key, return_counts=True)
-    # a tile pays when its gemm costs less than its entries' dot products
-    gemm = cm.blas_call + cm.gemm_seconds(t, d, t)
-    dense_keys = ukeys[2.0 * counts * d / cm.csr_flops > gemm]
-    in_tile = np.isin(key, dense_keys)
     e = np.flatnonzero(in_tile)
     order = e[np.argsort(key[e], kind="stable")]
     k_sorted = key[order]
     bounds = np.flatnonzero(np.diff(k_sorted)) + 1
-    ptr = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64) if len(order) else \
-        np.zeros(1, dtype=np.int64)
-    first = k_sorted[ptr[:-1]] if len(order) else np.zeros(0, dtype=np.int64)
-    starts = np.stack([(first // nct) * t, (first % nct) * t], axis=1) if len(first) else \
-        np.zeros((0, 2), dtype=np.int64)
-    width = np.minimum(t, m - starts[:, 1]) if len(first) else np.zeros(0, dtype=np.int64)
+    ptr = np.concatenate([[0], bounds, [len(order)]]).astype(np.int64)
+    first = k_sorted[ptr[:-1]]
+    starts = np.stack([(first // nct) * t, (first % nct) * t], axis=1)
+    width = np.minimum(t, m - starts[:, 1])
     tile_of = np.repeat(np.arange(len(first)), np.diff(ptr))
     local = (rows[order] - starts[tile_of, 0]) * width[tile_of] + \
         (cols[order] - starts[tile_of, 1])
@@ -107,17 +117,22 @@ def _tiles(P: sp.csr_array, t: int, cm: CostModel, d: int) -> BlockPlan:
 
 def plan_blocks(P: sp.csr_array, d: int, cm: CostModel) -> BlockPlan | None:
     """The cheapest tiling of ``P`` for an SDDMM of inner dimension ``d`` (tiles of
-    :data:`TILES`), or ``None`` when no tile pays."""
+    :data:`TILES`, a tile by gemm where that costs less than its entries' dot products),
+    or ``None`` when none pays."""
     if P.nnz == 0:
         return None
-    best = None
-    plain = 2.0 * P.nnz * d / cm.csr_flops
+    rows = np.repeat(np.arange(P.shape[0], dtype=np.int64), np.diff(P.indptr))
+    cols = P.indices.astype(np.int64)
+    dot = 2.0 * d / cm.csr_flops
+    best, best_secs = None, 0.8 * P.nnz * dot
     for t in TILES:
-        bp = _tiles(P, t, cm, d)
-        if bp.n_blocks and bp.seconds(cm, d) < 0.8 * plain and \
-                (best is None or bp.seconds(cm, d) < best.seconds(cm, d)):
-            best = bp
-    return best
+        G = _tile_counts(rows, cols, P.shape, t)
+        dense = G.data * dot > cm.blas_call + cm.gemm_seconds(t, d, t)
+        secs = int(dense.sum()) * (cm.blas_call + cm.gemm_seconds(t, d, t)) + \
+            (P.nnz - int(G.data[dense].sum())) * dot
+        if dense.any() and secs < best_secs:
+            best, best_secs = (t, G, dense), secs
+    return None if best is None else _tiles(P, rows, *best)
 
 
 class BlockSddmm:
