@@ -50,7 +50,7 @@ from sparse_peers import (  # noqa: E402
     versions,
 )
 
-KERNELS = ("spmv", "spmm", "sddmm", "masked-spgemm", "gcn", "attention")
+KERNELS = ("spmv", "spmm", "sddmm", "masked-spgemm", "gcn", "gcn2", "attention")
 TRIAD_N = 10**7
 
 
@@ -129,6 +129,14 @@ def load(name: str) -> sp.csr_array:
     if kind == "rmat":
         G = rmat(int(arg), 16, seed=0)
         return sp.csr_array(((G + G.T) > 0).astype(np.float64))
+    if kind == "blocks":  # block-sparse: dense bs x bs blocks, `per` per block row
+        n, bs, per = (int(s) for s in arg.split("-"))
+        rng = np.random.default_rng(0)
+        nb = n // bs
+        bi = np.repeat(np.arange(nb), per)
+        bj = np.concatenate([rng.choice(nb, per, replace=False) for _ in range(nb)])
+        grid = sp.csr_array((np.ones(len(bi)), (bi, bj)), shape=(nb, nb))
+        return sp.csr_array(sp.kron(grid, np.ones((bs, bs)), format="csr"))
     if kind == "random":
         n, per = (int(s) for s in arg.split("-"))
         rng = np.random.default_rng(0)
@@ -149,6 +157,7 @@ def programs() -> dict[str, Any]:
         "sddmm": th.program(lambda X, Y, S: (X @ Y.T) * S),
         "masked-spgemm": th.program(lambda L: (L @ L) * L),
         "gcn": th.program(lambda A, X, W: th.relu(A @ (X @ W))),
+        "gcn2": th.program(lambda A, X, W, W2: th.relu(A @ (th.relu(A @ (X @ W)) @ W2))),
         "attention": th.program(lambda Q, K, V, S: th.softmax(Q @ K.T, mask=S) @ V),
     }
 
@@ -166,8 +175,10 @@ def make_inputs(kernel: str, A: sp.csr_array, rng: np.random.Generator,
         L = sp.csr_array(sp.tril(A, -1))
         L.data[:] = 1.0
         return {"L": L}
-    if kernel == "gcn":
-        return {"A": A, "X": rng.standard_normal((n, k)), "W": rng.standard_normal((k, k))}
+    if kernel in ("gcn", "gcn2"):
+        W2 = {"W2": rng.standard_normal((k, k))} if kernel == "gcn2" else {}
+        return {"A": A, "X": rng.standard_normal((n, k)), "W": rng.standard_normal((k, k)),
+                **W2}
     return {"Q": rng.standard_normal((n, k)), "K": rng.standard_normal((n, k)),
             "V": rng.standard_normal((n, k)), "S": A}
 
@@ -225,6 +236,11 @@ def other_peers(kernel: str, A: sp.csr_array, inp: dict) -> dict[str, Callable[[
     elif kernel == "gcn":
         X, W = inp["X"], inp["W"]
         out.update(gcn_peers(A, X, W))
+    elif kernel == "gcn2":  # each peer's layer twice, the second on the first's output
+        H = np.empty_like(inp["X"])
+        one, two = gcn_peers(A, inp["X"], inp["W"]), gcn_peers(A, H, inp["W2"])
+        for p in one:
+            out[p] = (lambda f, g: lambda: (H.__setitem__(..., f()), g())[1])(one[p], two[p])
     elif kernel == "attention":
         Q, K_, V, S = inp["Q"], inp["K"], inp["V"], inp["S"]
         out["scipy"] = lambda: _attention_scipy(Q, K_, V, S)
@@ -307,7 +323,7 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
     for name in instances or instance_names(full):
         A = load(name)
         for kernel, k in _cases(kernels, ks):
-            if kernel in ("masked-spgemm", "gcn", "attention") and A.shape[0] != A.shape[1]:
+            if kernel in ("masked-spgemm", "gcn", "gcn2", "attention") and A.shape[0] != A.shape[1]:
                 continue
             if kernel == "spmm" and max(A.shape) * k > (7e7 if full else 2e7):
                 continue  # the dense operands of every peer must fit beside the others'

@@ -45,6 +45,7 @@ from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph
 from thrifty.graph.ops import get_op
 from thrifty.runtime.reference import dense_input, evaluate
+from thrifty.sparse.fused import as_written
 from thrifty.sparse.registry import unit_form
 
 
@@ -306,7 +307,9 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
     With ``plan`` (the :class:`~thrifty.sparse.specialize.SparsePlan` of ``graph`` for
     these inputs' patterns), every matrix product runs as the sparse engine lowered it:
     its CSR segments, gathered dense block panels, SpMV, SDDMM and masked SpGEMM tasks,
-    each on the unit (:func:`plan_product`); ``EmulatedRun.kernels`` counts them. The
+    each on the unit (:func:`plan_product`); ``EmulatedRun.kernels`` counts them (a plan
+    that associated a matmul chain is lowered again with each product as written,
+    :func:`thrifty.sparse.fused.as_written`). The
     certified bound stays valid: a panel of ``k' <= k`` gathered columns runs at most
     ``ceil(k / fma)`` steps, and the a priori step bound grows with the step count.
 
@@ -326,6 +329,7 @@ def emulate(graph: Graph, inputs: Mapping[str, Any], unit: Any,
 
     if plan is not None:
         _check_plan(plan, graph, inputs)
+        plan = as_written(plan, inputs)
     fmts: dict[int | str, str] = {**default_formats(graph, unit), **(formats or {})}
     values, errors, kernels = _run_on_unit(graph, inputs, unit, fmts, plan)
     outs = tuple(np.asarray(values[o]) for o in graph.outputs)

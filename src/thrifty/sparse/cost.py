@@ -14,6 +14,9 @@ Example
 True
 >>> 0 < cm.panel_density_threshold < 1
 True
+>>> left, right = cm.chain_seconds(nnz=10**5, n=10**4, m=10**4, f_in=256, f_out=8)
+>>> left > right                       # A @ (X @ W): the SpMM on 8 columns, not 256
+True
 """
 
 from __future__ import annotations
@@ -51,6 +54,16 @@ class CostModel:
     panel_overhead:
         Fixed cost of one gathered panel (allocation, gather and BLAS call: 6 µs measured
         for an 8 x 48 panel here), which keeps tiny panels in CSR form.
+    chains:
+        Whether matmul chains ``A @ (X @ W)`` / ``(A @ X) @ W`` with a sparse ``A`` are
+        associated by :meth:`chain_seconds` (and ``(A @ X) @ W`` fused per row panel);
+        ``False`` lowers each product as written (what matrix-unit emulation of a plan
+        needs: it replays the spec's products one by one).
+    masked_visit:
+        Seconds per pair ``(a_ik, b_kj)`` a masked SpGEMM row visits (an indirect load and
+        a test of the dense accumulator: latency, not flops, bounds it).
+    blas_call:
+        Fixed cost of one small BLAS call (a fused chain's per-panel gemm).
     tasks_per_thread:
         A row-panel op is split into at most this many tasks per thread (the threads take
         them from one queue, so a thread that the OS deschedules holds back less work).
@@ -74,6 +87,9 @@ class CostModel:
     dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
     tasks_per_thread: int = 2
+    blas_call: float = 2.0e-6
+    masked_visit: float = 2.5e-9
+    chains: bool = True
 
     @property
     def panel_density_threshold(self) -> float:
@@ -103,3 +119,33 @@ class CostModel:
             return 1
         return int(min(self.tasks_per_thread * self.threads,
                        max(1, seconds // self.min_task_seconds)))
+
+    def chain_seconds(self, nnz: int, n: int, m: int, f_in: int, f_out: int
+                      ) -> tuple[float, float]:
+        """``(A @ X) @ W`` fused per row panel, and ``A @ (X @ W)``, for an ``n x m``
+        ``A`` with ``nnz`` entries, ``X`` of ``m x f_in`` and ``W`` of ``f_in x f_out``.
+
+        The fused form does the SpMM on ``f_in`` columns and one small gemm per cache
+        panel (its intermediate never leaves cache); the other does a gemm of all ``m``
+        rows (its ``m x f_out`` result written and read back) and the SpMM on ``f_out``
+        columns. As in opt_einsum's choice of a dense chain's order, the flops decide
+        when the widths differ; the memory traffic of the intermediate when they tie.
+        """
+        rows = self.chain_rows(f_in, f_out)
+        left = (self.spmm_seconds(nnz, f_in) + 2.0 * n * f_in * f_out / self.gemm_flops
+                + -(-n // rows) * self.blas_call + 8.0 * n * f_out / self.bandwidth)
+        right = self.gemm_seconds(m, f_in, f_out) + self.spmm_seconds(nnz, f_out) + \
+            8.0 * m * f_out / self.bandwidth
+        return left, right
+
+    @staticmethod
+    def chain_rows(f_in: int, f_out: int) -> int:
+        """Rows per cache panel of a fused chain: 8-128, with the panel's gemm
+        (``rows x f_in x f_out``) at most 2^19 multiply-adds, where OpenBLAS stays on one
+        thread (two row tasks each calling a multi-threaded BLAS at once ran 10x slower
+        here, measured with 256-row panels at f = 64)."""
+        return int(max(8, min(128, (1 << 19) // max(1, f_in * f_out))))
+
+    def masked_seconds(self, visits: float, nnz: int) -> float:
+        """A mask-driven masked SpGEMM visiting ``visits`` pairs into ``nnz`` mask entries."""
+        return visits * self.masked_visit + 3.0 * self.elementwise_seconds(nnz)

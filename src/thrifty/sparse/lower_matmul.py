@@ -20,9 +20,11 @@ from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
 from thrifty.sparse.pattern import Pattern
-from thrifty.sparse.tasks import NUMBA_DTYPES, Seg
+from thrifty.sparse.sddmm import plan_blocks
+from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
+from thrifty.sparse.transpose import transpose_pattern
 
-__all__ = ["lower_einsum", "lower_matmul"]
+__all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 
 #: Above this many visited pairs, a masked product's flops are not counted exactly.
 EXACT_COUNT_LIMIT = 10**6
@@ -32,7 +34,11 @@ def lower_matmul(b: Builder, node: Node) -> Value:
     """``A @ B``: the kernel its operands' forms and patterns call for."""
     a_id, b_id = node.inputs
     dtype = node.type.dtype
+    if _deferred_to_user(b, node):
+        return Value(f"chain{node.id}", "deferred")
     va, vb = b.values[a_id], b.values[b_id]
+    if "deferred" in (va.kind, vb.kind):
+        return _lower_chain(b, node)
     shape_a, shape_b = b.graph[a_id].type.shape, b.graph[b_id].type.shape
     if dtype not in NUMBA_DTYPES or len(shape_a) != 2 or len(shape_b) not in (1, 2):
         return _generic_matmul(b, node, va, vb)
@@ -57,9 +63,104 @@ def lower_matmul(b: Builder, node: Node) -> Value:
     return _generic_matmul(b, node, va, vb)
 
 
+def _chain_of(b: Builder, outer: Node) -> tuple[int, int, int, int] | None:
+    """``(A, X, W, inner)`` when ``outer`` is ``A @ (X @ W)`` or ``(A @ X) @ W`` with ``A``
+    CSR (not a full pattern), ``X`` and ``W`` dense 2-D, one dtype, and the inner product
+    read by ``outer`` only: a chain whose association the cost model chooses."""
+    g = b.graph
+    if not b.cost.chains or outer.op != "matmul" or \
+            outer.type.dtype not in NUMBA_DTYPES or outer.type.ndim != 2:
+        return None
+    x, y = outer.inputs
+    for inner, right in ((y, True), (x, False)):
+        n = g[inner]
+        if n.op != "matmul" or g.users(inner) != (outer.id,) or inner in g.outputs or \
+                n.type.dtype != outer.type.dtype:
+            continue
+        a, X, W = (x, *n.inputs) if right else (*n.inputs, y)
+        if any(i not in b.values for i in (a, X, W)):
+            return None
+        va, vx, vw = b.values[a], b.values[X], b.values[W]
+        A = va.struct
+        if va.kind != "csr" or A is None or vx.kind != "dense" or vw.kind != "dense" or \
+                A.nnz == A.shape[0] * A.shape[1] or g[X].type.ndim != 2 or \
+                g[W].type.ndim != 2 or g[a].type.dtype != outer.type.dtype:
+            return None
+        return a, X, W, inner
+    return None
+
+
+def chain_is_left(b: Builder, chain: tuple[int, int, int, int]) -> bool:
+    """Whether the cost model runs the chain as ``(A @ X) @ W`` fused per row panel."""
+    a, X, W, _ = chain
+    A = b.values[a].struct
+    assert A is not None
+    f_in, f_out = b.graph[W].type.shape
+    left, right = b.cost.chain_seconds(A.nnz, A.shape[0], A.shape[1], f_in, f_out)
+    return left <= right
+
+
+def _deferred_to_user(b: Builder, node: Node) -> bool:
+    """Whether ``node`` is the inner product of a chain lowered at its user instead."""
+    users = b.graph.users(node.id)
+    if len(users) != 1:
+        return False
+    chain = _chain_of(b, b.graph[users[0]])
+    if chain is None or chain[3] != node.id:
+        return False
+    written_left = b.graph[users[0]].inputs[0] == node.id
+    return written_left or chain_is_left(b, chain)
+
+
+def _lower_chain(b: Builder, node: Node) -> Value:
+    """A chain whose inner product was deferred: ``(A @ X) @ W`` fused per row panel, or
+    ``X @ W`` by BLAS and then ``A @ (X @ W)``."""
+    chain = _chain_of(b, node)
+    assert chain is not None
+    a, X, W, _ = chain
+    va, dtype, cm = b.values[a], node.type.dtype, b.cost
+    A = va.struct
+    assert A is not None
+    (m, f_in), f_out = b.graph[X].type.shape, b.graph[W].type.shape[1]
+    if not chain_is_left(b, chain):
+        flops = 2.0 * m * f_in * f_out
+        b.flops(flops)
+        xw = b.task(f"xw{node.id}", "gemm", {"dtype": dtype, "chain": True},
+                    [b.values[X].buffer, b.values[W].buffer], nbytes((m, f_out), dtype),
+                    registry.seconds("gemm", cm, flops=flops), node.id)
+        return _lower_csr_dense(b, node, va, Value(xw, "dense"), (m, f_out),
+                                b.prop.forward[a])
+    post = b.post.get(node.id)
+    if post is not None:
+        b.fused.add(node.id)
+    by_range, _ = _spmm_tasks(b, A, b.prop.forward[a], f_in)
+    n = A.shape[0]
+    b.flops(2 * n * f_in * f_out)
+    secs = registry.seconds("spmm_chain", cm, nnz=A.nnz, n=n, m=m, f_in=f_in, f_out=f_out)
+    rows = cm.chain_rows(f_in, f_out)
+    return panelled(b, node, "chain", node.type.shape, dtype, list(by_range),
+                    lambda r0, r1: "spmm_chain",
+                    lambda r0, r1: {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]),
+                                    "dtype": dtype, "post": post, "panel_rows": rows,
+                                    "with_w": True, "chain": True},
+                    [va.buffer, b.values[X].buffer, b.values[W].buffer], secs, None)
+
+
 def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
                  d: int) -> Value:
     dtype = node.type.dtype
+    bp = plan_blocks(P, d, b.cost) if dtype in ("float32", "float64") else None
+    if bp is not None:
+        secs = registry.seconds("sddmm_blocks", b.cost, seconds=bp.seconds(b.cost, d))
+        t = bp.tile
+        tiles = np.minimum(np.arange(0, P.shape[0] + t, t), P.shape[0])
+        cuts = split_rows(P.indptr[tiles].astype(np.float64), b.cost.n_tasks(secs))
+        ranges = [(int(tiles[r0]), int(tiles[r1])) for r0, r1 in cuts]
+        b.flops(2 * P.nnz * d, 2 * (bp.n_blocks * t * t + len(bp.rest_pos)) * d)
+        return panelled(b, node, "sddmm", (P.nnz,), dtype, ranges,
+                        lambda r0, r1: "sddmm_blocks",
+                        lambda r0, r1: {"rows": (r0, r1), "blocks": bp, "dtype": dtype},
+                        [va.buffer, vb.buffer], secs, P)
     secs = registry.seconds("sddmm", b.cost, flops=2.0 * P.nnz * d)
     ranges = split_rows(P.indptr.astype(np.float64), b.cost.n_tasks(secs))
     b.flops(2 * P.nnz * d)
@@ -92,21 +193,62 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     visits = int(work[-1])
     hits = _masked_hits(Sa, Sb, P) if visits <= EXACT_COUNT_LIMIT else visits
     b.flops(2 * hits)
-    kernel = "masked_spgemm_dot" if dot else "masked_spgemm"
-    secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
-    ranges = split_rows(work, b.cost.n_tasks(secs))
-    right = vb.buffer
+    reads = [va.buffer, vb.buffer]
+    spos = None
     if dot:
-        right = b.task(f"bt{node.id}", "transpose", {}, [vb.buffer],
-                       nbytes(Sb.shape, dtype, Sb.nnz), 0.0, node.id, False)
+        kernel = "masked_spgemm_dot"
+        secs = registry.seconds(kernel, b.cost, flops=2.0 * float(work[-1]))
+        reads[1] = transposed(b, f"bt{node.id}", vb, nbytes(Sb.shape, dtype, Sb.nnz),
+                              node.id).buffer
+    else:
+        kernel = "masked_spgemm"
+        secs = registry.seconds(kernel, b.cost, visits=float(work[-1]), nnz=P.nnz)
+        scale = _mask_scale(b, node, P)
+        if scale is not None:  # (A @ B) * S, S stored on P's entries: S's values in the kernel
+            b.fuse_into[scale[0]] = node.id
+            b.fused.add(node.id)
+            reads.append(scale[1])
+            spos = scale[2]
+    ranges = split_rows(work, b.cost.n_tasks(secs))
     return panelled(b, node, "mdot" if dot else "mspgemm", (P.nnz,), dtype, ranges,
                     lambda r0, r1: kernel,
-                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype},
-                    [va.buffer, right], secs, P)
+                    lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype,
+                                    **({} if dot else {"scale_pos": spos})},
+                    reads, secs, P)
+
+
+def _mask_scale(b: Builder, node: Node, P: sp.csr_array
+                ) -> tuple[int, str, np.ndarray] | None:
+    """``(mul node, buffer of S, where P's entries are among S's)`` when ``node``'s only
+    reader is ``node * S`` (either order) with ``S`` a CSR value stored at every entry of
+    ``P`` and the product's pattern ``P``: the masked kernel then multiplies by ``S``'s
+    values as it writes each entry."""
+    g = b.graph
+    users = g.users(node.id)
+    if len(users) != 1 or node.id in g.outputs:
+        return None
+    u = g[users[0]]
+    others = [i for i in u.inputs if i != node.id]
+    if u.op != "mul" or len(others) != 1 or u.type != node.type or \
+            g[others[0]].type != node.type or others[0] not in b.values:
+        return None
+    vs, Pu = b.values[others[0]], sparse_out(b, u.id)
+    if vs.kind != "csr" or vs.struct is None or Pu is None or not _same_pattern(Pu, P):
+        return None
+    g_s = Gather("csr", P, P.shape, vs.struct)
+    if g_s.kind == "same":
+        return u.id, vs.buffer, np.arange(P.nnz, dtype=np.int64)
+    assert g_s.found is not None and g_s.pos is not None
+    return (u.id, vs.buffer, g_s.pos.astype(np.int64)) if g_s.found.all() else None
+
+
+def _same_pattern(A: sp.csr_array, B: sp.csr_array) -> bool:
+    return A.shape == B.shape and A.nnz == B.nnz and \
+        K.same_values(A.indptr, B.indptr) and K.same_values(A.indices, B.indices)
 
 
 def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,
-                     shape_b: tuple[int, ...]) -> Value:
+                     shape_b: tuple[int, ...], pat: Pattern | None = None) -> Value:
     """CSR @ dense: the full-pattern gemm, SpMV or SpMM."""
     dtype, cm = node.type.dtype, b.cost
     A = va.struct
@@ -130,16 +272,36 @@ def _lower_csr_dense(b: Builder, node: Node, va: Value, vb: Value,
         return panelled(b, node, "spmv", node.type.shape, dtype, ranges,
                         lambda r0, r1: "spmv", lambda r0, r1: {"rows": (r0, r1), "dtype": dtype},
                         reads, secs, None)
-    return _lower_spmm(b, node, A, reads, shape_b[1])
+    return _lower_spmm(b, node, A, reads, shape_b[1], pat)
 
 
-def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: int) -> Value:
+def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: int,
+                pat: Pattern | None = None) -> Value:
     """CSR @ dense matrix: row segments in CSR or gathered panels, grouped into tasks."""
-    dtype, cm = node.type.dtype, b.cost
+    dtype = node.type.dtype
     post = b.post.get(node.id)
     if post is not None:
         b.fused.add(node.id)
-    segs = _spmm_segments(b, A, b.prop.forward[node.inputs[0]], k, 0, A.shape[0])
+    by_range, secs = _spmm_tasks(b, A, pat or b.prop.forward[node.inputs[0]], k)
+
+    def kernel_of(r0: int, r1: int) -> str:
+        forms = {s.form for s in by_range[(r0, r1)]}
+        return "spmm_panel" if forms == {"panel"} else "spmm_csr"
+
+    def attrs_of(r0: int, r1: int) -> dict[str, Any]:
+        return {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]), "dtype": dtype,
+                "post": post}
+
+    return panelled(b, node, "spmm", node.type.shape, dtype, list(by_range), kernel_of,
+                    attrs_of, reads, secs, None)
+
+
+def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int
+                ) -> tuple[dict[tuple[int, int], list[Seg]], float]:
+    """The segments of ``A @ X`` (``X`` of ``k`` columns) grouped into row tasks of about
+    equal estimated time, by row range, and the total estimate; counts the flops."""
+    cm = b.cost
+    segs = _spmm_segments(b, A, pat, k, 0, A.shape[0])
     seg_secs = []
     executed = 0
     for s in segs:
@@ -156,17 +318,7 @@ def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: in
     secs = float(sum(seg_secs))
     groups = _group_segments(segs, seg_secs, cm.n_tasks(secs))
     by_range = {(g[0].r0, g[-1].r1): g for g in groups} or {(0, 0): [Seg(0, 0, "csr")]}
-
-    def kernel_of(r0: int, r1: int) -> str:
-        forms = {s.form for s in by_range[(r0, r1)]}
-        return "spmm_panel" if forms == {"panel"} else "spmm_csr"
-
-    def attrs_of(r0: int, r1: int) -> dict[str, Any]:
-        return {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]), "dtype": dtype,
-                "post": post}
-
-    return panelled(b, node, "spmm", node.type.shape, dtype, list(by_range), kernel_of,
-                    attrs_of, reads, secs, None)
+    return by_range, secs
 
 
 def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
@@ -264,12 +416,16 @@ def _generic_matmul(b: Builder, node: Node, va: Value, vb: Value) -> Value:
 
 
 def transposed(b: Builder, tid: str, v: Value, size: int, node: int) -> Value:
-    """A transpose task of ``v`` (its structure transposed too)."""
-    struct = None if v.struct is None else sp.csr_array(v.struct.T)
-    if struct is not None:
-        struct.sort_indices()
+    """A transpose task of ``v`` (its structure transposed too; a CSR value's transpose
+    pattern is computed once, here, and a run only gathers its values)."""
+    if v.kind == "csr" and v.struct is not None:
+        # the transpose's pattern and value permutation computed here, once: a run gathers
+        P, perm = transpose_pattern(v.struct)
+        tid = b.task(tid, "transpose_csr", {"pattern": P, "perm": perm}, [v.buffer], size,
+                     registry.seconds("transpose_csr", b.cost, n=P.nnz), node, False)
+        return Value(tid, "csr", P)
     return Value(b.task(tid, "transpose", {}, [v.buffer], size, 0.0, node, False), v.kind,
-                 struct)
+                 None)
 
 
 def lower_einsum(b: Builder, node: Node, form: tuple[bool, bool, bool]) -> Value:

@@ -34,8 +34,12 @@ from typing import Any
 
 from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
+from thrifty.sparse import fused as F
+from thrifty.sparse import masked as M
+from thrifty.sparse import sddmm as SD
 from thrifty.sparse import tasks as T
 from thrifty.sparse import tasks_ops as TO
+from thrifty.sparse import transpose as TR
 from thrifty.sparse.cost import CostModel
 
 __all__ = ["KERNELS", "KernelSpec", "build", "reads_pattern_at_run_time", "seconds",
@@ -106,9 +110,6 @@ _ENTRIES = [
     KernelSpec("sddmm", ("rows", "pattern", "dtype"),
                lambda a: T.SddmmPanel(*_rows(a), a["pattern"], a["dtype"]), _csr_price,
                "sddmm", doc="dense @ dense at the entries of a pattern"),
-    KernelSpec("masked_spgemm", ("rows", "pattern", "dtype"),
-               lambda a: T.MaskedSpgemmPanel(*_rows(a), a["pattern"], a["dtype"]),
-               _csr_price, "masked_spgemm", doc="CSR @ CSR on a mask (Gustavson)"),
     KernelSpec("masked_spgemm_dot", ("rows", "pattern", "dtype"),
                lambda a: T.MaskedDotPanel(*_rows(a), a["pattern"], a["dtype"]),
                _csr_price, "masked_spgemm",
@@ -161,6 +162,28 @@ _ENTRIES = [
                lambda cm, n: cm.elementwise_seconds(n),
                doc="an elementwise op with a dense result: CSR operands as 0, then their "
                    "stored entries"),
+    KernelSpec("spmm_chain", ("rows", "segments", "dtype", "post", "panel_rows", "with_w"),
+               lambda a: F.ChainPanel(*_rows(a), a["segments"], a["dtype"], a["post"],
+                                      a["panel_rows"], a["with_w"]),
+               lambda cm, nnz, n, m, f_in, f_out: cm.chain_seconds(nnz, n, m, f_in,
+                                                                   f_out)[0],
+               doc="rows of post((A @ X) @ W) (or post(A @ X)) per cache panel: SpMM rows, "
+                   "their gemm by W and the elementwise op while the panel is in cache"),
+    KernelSpec("masked_spgemm", ("rows", "pattern", "dtype", "scale_pos"),
+               lambda a: M.MaskedRows(*_rows(a), a["pattern"], a["dtype"], a["scale_pos"]),
+               lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
+               doc="CSR @ CSR on a mask (Gustavson's rows, a dense accumulator); for "
+                   "(A @ B) * S, S's values applied as each entry is written"),
+    KernelSpec("sddmm_blocks", ("rows", "blocks", "dtype"),
+               lambda a: SD.BlockSddmm(*_rows(a), a["blocks"], a["dtype"]),
+               lambda cm, seconds: seconds, "sddmm",
+               doc="dense @ dense at a pattern's entries: its dense tiles by BLAS, the "
+                   "rest by dot products"),
+    KernelSpec("transpose_csr", ("pattern", "perm"),
+               lambda a: TR.CsrTranspose(a["pattern"], a["perm"]),
+               lambda cm, n: cm.elementwise_seconds(n),
+               doc="A.T of an inspected CSR pattern: its values gathered into the "
+                   "transpose's precomputed pattern"),
 ]
 
 #: Every kernel a sparse plan's task can name.

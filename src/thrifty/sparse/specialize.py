@@ -25,10 +25,15 @@ csr @ dense, every      ``gemm_full_pattern``: the CSR values viewed as the dens
 entry stored            (no copy), BLAS
 csr @ dense vector      ``spmv``: scipy's CSR kernel on row panels read in place, or
                         ``spmv_scipy``: one call of it when splitting would not pay
-dense @ dense, needed   ``sddmm`` (only the needed entries)
-only on a sparse set
-csr @ csr, needed on    ``masked_spgemm`` (Gustavson with the mask as admission set)
-a sparse set
+csr @ (dense @ dense)   ``spmm_chain``: the association the cost model prices lower; as
+or (csr @ dense) @      ``(A @ X) @ W``, SpMM rows, their gemm by ``W`` and a unary
+dense                   elementwise op per cache panel (``thrifty.sparse.fused``)
+dense @ dense, needed   ``sddmm`` (only the needed entries), or ``sddmm_blocks``: dense
+only on a sparse set    tiles of the pattern by BLAS, the rest entry by entry
+csr @ csr, needed on    ``masked_spgemm`` (Gustavson with the mask as admission set; a
+a sparse set            product by the mask's values applied in the kernel)
+csr transposed          ``transpose_csr``: the transpose's pattern computed once, a run
+                        gathers the values
 csr @ csr               ``spgemm`` (scipy)
 dense @ dense           ``gemm`` (BLAS through numpy)
 masked softmax          ``masked_softmax`` over the mask's pattern
