@@ -1,8 +1,8 @@
 (* thrifty: the bound's constants computed exactly in Q, to compare them with the
    numbers thrifty's Python side reports (vm_compute on exact rationals). *)
-From Coq Require Import ZArith Reals QArith Qpower Qreals Lia Lra.
+From Coq Require Import ZArith Reals List QArith Qpower Qreals Lia Lra.
 From Flocq Require Import Core.
-From Thrifty Require Import Formats Dot.
+From Thrifty Require Import Formats Step Chain Dot.
 Open Scope R_scope.
 
 Fixpoint qpow (q : Q) (n : nat) : Q :=
@@ -59,6 +59,9 @@ Proof.
   unfold abs_Q; rewrite !Q2R_mult, qpow_Q2R, Q2R_plus, Q2R_1, <- INR_Q2R; reflexivity.
 Qed.
 
+Lemma Q2R_0 : Q2R 0 = 0.
+Proof. unfold Q2R; simpl; field. Qed.
+
 (* q <= r decided by computation *)
 Lemma Q2R_le_check q r : Qle_bool q r = true -> Q2R q <= Q2R r.
 Proof. intros H; apply Qle_Rle, Qle_bool_imp_le, H. Qed.
@@ -86,3 +89,106 @@ Proof.
   pose proof (two_pow_nonneg z); unfold Rdiv; apply Rmult_le_pos; [lra|].
   apply Rlt_le, Rinv_0_lt_compat; lra.
 Qed.
+
+Lemma Q2R_nonneg_check q : Qle_bool 0 q = true -> 0 <= Q2R q.
+Proof. intros H; rewrite <- Q2R_0; apply Q2R_le_check, H. Qed.
+
+(* The bounds of Dot.v with rational constants [rel] and [abs] that are checked, by
+   computation, to be at least the proven ones: the form the exported instances use. *)
+Section Checked.
+Variables (fi fc fo : fmt) (F : Z).
+Variable rnd_al : R -> Z.
+Context {V_al : Valid_rnd rnd_al}.
+Variable rnd_out : R -> Z.
+Context {V_out : Valid_rnd rnd_out}.
+Variables (uq sq : Q).
+Hypothesis u_pos : 0 <= Q2R uq.
+Hypothesis s_pos : 0 <= Q2R sq.
+Hypothesis round_err :
+  forall x, Rabs (round radix2 (fexp fo) rnd_out x - x) <= Q2R uq * Rabs x + Q2R sq.
+Variables (n steps k : nat) (rel abs : Q).
+Hypothesis Hn : (0 < n)%nat.
+Hypothesis Hk : (k <= steps * n)%nat.
+
+Let checked (terms : nat) : Prop :=
+  let eps := eps_Q terms F uq in
+  Qle_bool 0 (rel_Q steps eps) = true /\ Qle_bool (rel_Q steps eps) rel = true /\
+  Qle_bool (abs_Q steps eps (eta_Q (normal_emin fc) eps sq)) abs = true.
+
+Lemma checked_bound (terms : nat) (c m : R) (x : R) :
+  checked terms -> 0 <= m ->
+  x <= ((1 + eps_R terms F (Q2R uq)) ^ steps - 1) * m
+       + INR steps * eta_R fc (eps_R terms F (Q2R uq)) (Q2R sq)
+         * (1 + eps_R terms F (Q2R uq)) ^ steps ->
+  x <= Q2R rel * m + Q2R abs.
+Proof.
+  intros [H0 [H1 H2]] Hm Hx.
+  rewrite eps_R_Q, eta_R_Q, rel_R_Q, abs_R_Q in Hx.
+  apply Q2R_nonneg_check in H0; apply Q2R_le_check in H1; apply Q2R_le_check in H2.
+  eapply Rle_trans; [exact Hx|].
+  apply Rplus_le_compat; [apply Rmult_le_compat_r|]; assumption.
+Qed.
+
+Theorem dot_bound_top_checked :
+  (2 * (f_prec fi - 1) <= F)%Z -> (f_prec fo - 1 <= F)%Z ->
+  (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
+  forall c l, (length l <= k)%nat -> in_format fo c ->
+  Forall (fun ab => in_format fi (fst ab) /\ in_format fi (snd ab)) l ->
+  Rabs (udot fi fc fo F rnd_al rnd_out n c l - (c + psum l))
+    <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
+Proof.
+  intros H1 H2 H3 Hc c l Hl Hcf Hin.
+  apply (checked_bound n c); [exact Hc | |].
+  - pose proof (Rabs_pos c); pose proof (Step.pmag_nonneg fi l); lra.
+  - apply dot_bound_top; auto; lia.
+Qed.
+
+Theorem dot_bound_all_checked :
+  checked (n + 1) ->
+  forall c l, (length l <= k)%nat ->
+  Rabs (udot fi fc fo F rnd_al rnd_out n c l - (c + psum l))
+    <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
+Proof.
+  intros Hc c l Hl.
+  apply (checked_bound (n + 1) c); [exact Hc | |].
+  - pose proof (Rabs_pos c); pose proof (Step.pmag_nonneg fi l); lra.
+  - apply dot_bound_all; auto; lia.
+Qed.
+
+Theorem matmul_bound_top_checked :
+  (2 * (f_prec fi - 1) <= F)%Z -> (f_prec fo - 1 <= F)%Z ->
+  (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
+  forall (A B C : mat) i j, in_format fo (C i j) ->
+  (forall p, (p < k)%nat -> in_format fi (A i p) /\ in_format fi (B p j)) ->
+  Rabs (matmul fi fc fo F rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+    <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
+Proof.
+  intros H1 H2 H3 Hc A B C i j Hcf Hin.
+  apply (checked_bound n (C i j)); [exact Hc | |].
+  - pose proof (Rabs_pos (C i j)); pose proof (Step.pmag_nonneg fi (row_col A B k i j)); lra.
+  - apply matmul_bound_top; auto.
+Qed.
+
+Theorem matmul_bound_all_checked :
+  checked (n + 1) ->
+  forall (A B C : mat) i j,
+  Rabs (matmul fi fc fo F rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+    <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
+Proof.
+  intros Hc A B C i j.
+  apply (checked_bound (n + 1) (C i j)); [exact Hc | |].
+  - pose proof (Rabs_pos (C i j)); pose proof (Step.pmag_nonneg fi (row_col A B k i j)); lra.
+  - apply matmul_bound_all; auto.
+Qed.
+End Checked.
+
+(* the side conditions of an instance, decided by computation *)
+Ltac check_goal :=
+  match goal with
+  | |- let _ := _ in _ => cbv zeta; check_goal
+  | |- _ /\ _ => split; check_goal
+  | |- (_ < _)%nat => apply Nat.ltb_lt; vm_compute; reflexivity
+  | |- (_ <= _)%nat => apply Nat.leb_le; vm_compute; reflexivity
+  | |- (_ <= _)%Z => apply Z.leb_le; vm_compute; reflexivity
+  | |- _ => vm_compute; reflexivity
+  end.
