@@ -146,6 +146,8 @@ Proof.
   intros Hm He; apply generic_format_FLT.
   exists (Float radix2 m e); auto.
 Qed.
+Lemma max_finite_nonneg f m e : (0 <= m)%Z -> 0 <= max_finite f m e.
+Proof. intros Hm; apply F2R_ge_0; exact Hm. Qed.
 Definition saturate (mx x : R) : R := Rmax (- mx) (Rmin mx x).
 Lemma saturate_in_range mx x : 0 <= mx -> Rabs (saturate mx x) <= mx.
 Proof.

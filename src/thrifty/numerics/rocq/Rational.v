@@ -190,5 +190,6 @@ Ltac check_goal :=
   | |- (_ < _)%nat => apply Nat.ltb_lt; vm_compute; reflexivity
   | |- (_ <= _)%nat => apply Nat.leb_le; vm_compute; reflexivity
   | |- (_ <= _)%Z => apply Z.leb_le; vm_compute; reflexivity
+  | |- (_ < _)%Z => apply Z.ltb_lt; vm_compute; reflexivity
   | |- _ => vm_compute; reflexivity
   end.
