@@ -9,9 +9,16 @@ per-unit file that instantiates them (see :mod:`thrifty.numerics.rocq.export`);
 :func:`check_with_coqc` compiles it against the library.
 """
 
-from thrifty.numerics.rocq.coqc import (LIBRARY, STANDARD_AXIOMS, admitted_count,
-                                        assumptions, check_with_coqc, compile_library,
-                                        library_dir, write_library)
+from thrifty.numerics.rocq.coqc import (
+                                        LIBRARY,
+                                        STANDARD_AXIOMS,
+                                        admitted_count,
+                                        assumptions,
+                                        check_with_coqc,
+                                        compile_library,
+                                        library_dir,
+                                        write_library,
+)
 from thrifty.numerics.rocq.export import export_unit, format_section, proof_gap
 
 __all__ = ["LIBRARY", "STANDARD_AXIOMS", "admitted_count", "assumptions", "check_with_coqc",

@@ -2,7 +2,7 @@
 
 Policy
 ------
-An exported file ``Require``\ s thrifty's proof library (the ``*.v`` files of this package,
+An exported file requires thrifty's proof library (the ``*.v`` files of this package,
 logical name ``Thrifty``; :mod:`thrifty.numerics.rocq.coqc` compiles it) and states, over
 Coq's reals in the terms of Flocq (Boldo and Melquiond, ARITH 2011):
 
