@@ -145,7 +145,7 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     ``addend_last`` the final addition of ``c`` (correctly rounded to nearest) counts as one
     more such step (its error, at most half an ulp, is below the step's). With ``zero_exp``
     a zero term may set the alignment: its truncations add at most ``2^(zero_exp - F)``
-    each, absolutely (in ``eta``).
+    each, absolutely, before the final rounding (``(1 + delta)`` times that in ``eta``).
 
     Raises
     ------
@@ -198,8 +198,8 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     if not model.subnormals_out:
         eta += _pow2(fout.emin)
     eta += eps * _pow2(facc.emin)
-    if model.zero_exp is not None and F is not None:
-        eta += (model.fma + 1) * _pow2(model.zero_exp - F)
+    if model.zero_exp is not None and F is not None:  # dropped before the final rounding
+        eta += (1 + delta) * (model.fma + 1) * _pow2(model.zero_exp - F)
         notes.append(f"zero terms align at 2^{model.zero_exp}")
     if not model.subnormals_in:
         notes.append("inputs assumed normal or zero (the unit flushes subnormal inputs)")

@@ -153,4 +153,62 @@ Proof.
     replace (INR (length l) + 1 - 1) with (INR (length l)) by ring.
     apply Rmult_le_pos; [apply Rmult_le_pos|]; assumption.
 Qed.
+
+(* With a zero-term exponent [ze] (MMA-Sim's e_zero): when a term is zero, the alignment
+   exponent is at least [ze]; every term then loses at most 2^(ze - F) more. *)
+Definition is_zero (t : term) : bool := if Req_EM_T (fst t) 0 then true else false.
+Definition shift_z (ze : option Z) (l : list term) : Z :=
+  match ze with
+  | Some z => if existsb is_zero l then Z.max (shift l) (z - F) else shift l
+  | None => shift l
+  end.
+Definition aligned_z (ze : option Z) (l : list term) : R := sumk (shift_z ze l) l.
+Definition zterm (ze : option Z) (m : nat) : R :=
+  match ze with None => 0 | Some z => INR m * bpow radix2 (z - F) end.
+
+Lemma zterm_nonneg ze m : 0 <= zterm ze m.
+Proof.
+  destruct ze; simpl; [apply Rmult_le_pos; [apply pos_INR | apply bpow_ge_0] | lra].
+Qed.
+
+Lemma zterm_mono ze m m' : (m <= m')%nat -> zterm ze m <= zterm ze m'.
+Proof.
+  intros H; destruct ze; simpl; [|lra].
+  apply Rmult_le_compat_r; [apply bpow_ge_0 | apply le_INR; exact H].
+Qed.
+
+Lemma aligned_z_cases ze l (B : R) :
+  0 <= B -> Rabs (aligned l - sumv l) <= B ->
+  Rabs (aligned_z ze l - sumv l) <= B + zterm ze (length l).
+Proof.
+  intros HB Ha; pose proof (zterm_nonneg ze (length l)).
+  unfold aligned_z, shift_z; destruct ze as [z|].
+  - destruct (existsb is_zero l); [|fold (aligned l); lra].
+    destruct (Z.max_spec (shift l) (z - F)) as [[_ ->]|[_ ->]]; [|fold (aligned l); lra].
+    pose proof (sumk_err (z - F) l); simpl; lra.
+  - fold (aligned l); simpl; lra.
+Qed.
+
+Theorem aligned_z_err_all ze (mu : R) (l : list term) :
+  0 <= mu ->
+  Forall (fun t => fst t <> 0 -> bpow radix2 (snd t) <= mu) l ->
+  Rabs (aligned_z ze l - sumv l)
+    <= INR (length l) * bpow radix2 (- F) * mu + zterm ze (length l).
+Proof.
+  intros Hmu Hl; apply aligned_z_cases; [|apply aligned_err_all; assumption].
+  apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply bpow_ge_0]|exact Hmu].
+Qed.
+
+Theorem aligned_z_err_top ze (mu : R) (l : list term) :
+  l <> nil -> 0 <= mu ->
+  Forall (fun t => fst t <> 0 -> bpow radix2 (snd t) <= mu /\
+                   generic_format radix2 (FIX_exp (snd t - F)) (fst t)) l ->
+  Rabs (aligned_z ze l - sumv l)
+    <= (INR (length l) - 1) * bpow radix2 (- F) * mu + zterm ze (length l).
+Proof.
+  intros Hne Hmu Hl; apply aligned_z_cases; [|apply aligned_err_top; assumption].
+  destruct l; [contradiction|]; simpl length; rewrite S_INR.
+  replace (INR (length l) + 1 - 1) with (INR (length l)) by ring.
+  apply Rmult_le_pos; [apply Rmult_le_pos; [apply pos_INR | apply bpow_ge_0]|exact Hmu].
+Qed.
 End Align.

@@ -37,6 +37,7 @@ Qed.
 
 Section Dot.
 Variables (fi fc fo : fmt) (F : Z).
+Variable ze : option Z.
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
 Variable rnd_out : R -> Z.
@@ -47,7 +48,7 @@ Hypothesis s_pos : 0 <= s.
 Hypothesis round_err :
   forall x, Rabs (round radix2 (fexp fo) rnd_out x - x) <= u * Rabs x + s.
 
-Definition ustep : R -> list (R * R) -> R := step fi fc fo F rnd_al rnd_out.
+Definition ustep : R -> list (R * R) -> R := step fi fc fo F ze rnd_al rnd_out.
 Definition udot (n : nat) (c : R) (l : list (R * R)) : R := dot _ ustep c (chunks n l).
 
 Definition mat := nat -> nat -> R.
@@ -81,7 +82,7 @@ Theorem dot_bound_top (n steps : nat) c l :
   (2 * (f_prec fi - 1) <= F)%Z -> (f_prec fo - 1 <= F)%Z ->
   (normal_emin fc - F <= f_emin fo)%Z ->
   (0 < n)%nat -> (length l <= steps * n)%nat -> in_format fo c -> inputs l ->
-  let eps := eps_R n F u in let eta := eta_R fc eps s in
+  let eps := eps_R n F u in let eta := eta_R fc eps (s + (1 + u) * zterm F ze (S n)) in
   Rabs (udot n c l - (c + psum l))
     <= ((1 + eps) ^ steps - 1) * (Rabs c + pmag fi l) + INR steps * eta * (1 + eps) ^ steps.
 Proof.
@@ -89,7 +90,9 @@ Proof.
   assert (He : 0 <= eps) by (apply eps_R_nonneg; exact u_pos).
   assert (Heta : 0 <= eta)
     by (unfold eta, eta_R; pose proof (bpow_ge_0 radix2 (normal_emin fc));
-        apply Rplus_le_le_0_compat; [apply Rmult_le_pos|]; assumption).
+        pose proof (zterm_nonneg F ze (S n));
+        apply Rplus_le_le_0_compat; [apply Rmult_le_pos|]; [assumption|assumption|];
+        apply Rplus_le_le_0_compat; [|apply Rmult_le_pos]; lra).
   unfold udot; rewrite <- (exact_dot_chunks n c l Hn), <- (magn_chunks n l Hn).
   apply (chain_bound_le _ ustep psum (pmag fi) (in_format fo)
            (fun b => (length b <= n)%nat /\ inputs b)); auto.
@@ -111,7 +114,7 @@ Qed.
 (* Any inputs: n + 1 truncated terms per step at most. *)
 Theorem dot_bound_all (n steps : nat) c l :
   (0 < n)%nat -> (length l <= steps * n)%nat ->
-  let eps := eps_R (n + 1) F u in let eta := eta_R fc eps s in
+  let eps := eps_R (n + 1) F u in let eta := eta_R fc eps (s + (1 + u) * zterm F ze (S n)) in
   Rabs (udot n c l - (c + psum l))
     <= ((1 + eps) ^ steps - 1) * (Rabs c + pmag fi l) + INR steps * eta * (1 + eps) ^ steps.
 Proof.
@@ -119,7 +122,9 @@ Proof.
   assert (He : 0 <= eps) by (apply eps_R_nonneg; exact u_pos).
   assert (Heta : 0 <= eta)
     by (unfold eta, eta_R; pose proof (bpow_ge_0 radix2 (normal_emin fc));
-        apply Rplus_le_le_0_compat; [apply Rmult_le_pos|]; assumption).
+        pose proof (zterm_nonneg F ze (S n));
+        apply Rplus_le_le_0_compat; [apply Rmult_le_pos|]; [assumption|assumption|];
+        apply Rplus_le_le_0_compat; [|apply Rmult_le_pos]; lra).
   unfold udot; rewrite <- (exact_dot_chunks n c l Hn), <- (magn_chunks n l Hn).
   apply (chain_bound_le _ ustep psum (pmag fi) (fun _ => True)
            (fun b => (length b <= n)%nat)); auto.
@@ -150,7 +155,7 @@ Theorem matmul_bound_top (n steps : nat) (A B C : mat) k :
   (0 < n)%nat -> (k <= steps * n)%nat ->
   forall i j, in_format fo (C i j) ->
   (forall p, (p < k)%nat -> in_format fi (A i p) /\ in_format fi (B p j)) ->
-  let eps := eps_R n F u in let eta := eta_R fc eps s in
+  let eps := eps_R n F u in let eta := eta_R fc eps (s + (1 + u) * zterm F ze (S n)) in
   Rabs (matmul n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= ((1 + eps) ^ steps - 1) * (Rabs (C i j) + pmag fi (row_col A B k i j))
        + INR steps * eta * (1 + eps) ^ steps.
@@ -162,7 +167,7 @@ Qed.
 Theorem matmul_bound_all (n steps : nat) (A B C : mat) k :
   (0 < n)%nat -> (k <= steps * n)%nat ->
   forall i j,
-  let eps := eps_R (n + 1) F u in let eta := eta_R fc eps s in
+  let eps := eps_R (n + 1) F u in let eta := eta_R fc eps (s + (1 + u) * zterm F ze (S n)) in
   Rabs (matmul n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= ((1 + eps) ^ steps - 1) * (Rabs (C i j) + pmag fi (row_col A B k i j))
        + INR steps * eta * (1 + eps) ^ steps.

@@ -2,7 +2,7 @@
    numbers thrifty's Python side reports (vm_compute on exact rationals). *)
 From Coq Require Import ZArith Reals List QArith Qpower Qreals Lia Lra.
 From Flocq Require Import Core.
-From Thrifty Require Import Formats Step Chain Dot.
+From Thrifty Require Import Formats Align Step Chain Dot.
 Open Scope R_scope.
 
 Fixpoint qpow (q : Q) (n : nat) : Q :=
@@ -97,6 +97,7 @@ Proof. intros H; rewrite <- Q2R_0; apply Q2R_le_check, H. Qed.
    computation, to be at least the proven ones: the form the exported instances use. *)
 Section Checked.
 Variables (fi fc fo : fmt) (F : Z).
+Variable ze : option Z.
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
 Variable rnd_out : R -> Z.
@@ -110,20 +111,34 @@ Variables (n steps k : nat) (rel abs : Q).
 Hypothesis Hn : (0 < n)%nat.
 Hypothesis Hk : (k <= steps * n)%nat.
 
+Definition zterm_Q : Q :=
+  match ze with None => 0%Q | Some z => (inject_Z (Z.of_nat (S n)) * two_pow (z - F))%Q end.
+
+Lemma s_total_Q :
+  Q2R sq + (1 + Q2R uq) * zterm F ze (S n) = Q2R (sq + (1 + uq) * zterm_Q)%Q.
+Proof.
+  rewrite Q2R_plus, Q2R_mult, Q2R_plus, Q2R_1; f_equal; f_equal.
+  unfold zterm_Q, zterm; destruct ze as [z|].
+  - rewrite Q2R_mult, <- INR_Q2R; unfold two_pow; rewrite <- bpow_Q2R; reflexivity.
+  - rewrite Q2R_0; reflexivity.
+Qed.
+
 Let checked (terms : nat) : Prop :=
   let eps := eps_Q terms F uq in
   Qle_bool 0 (rel_Q steps eps) = true /\ Qle_bool (rel_Q steps eps) rel = true /\
-  Qle_bool (abs_Q steps eps (eta_Q (normal_emin fc) eps sq)) abs = true.
+  Qle_bool (abs_Q steps eps (eta_Q (normal_emin fc) eps (sq + (1 + uq) * zterm_Q))) abs
+    = true.
 
 Lemma checked_bound (terms : nat) (c m : R) (x : R) :
   checked terms -> 0 <= m ->
   x <= ((1 + eps_R terms F (Q2R uq)) ^ steps - 1) * m
-       + INR steps * eta_R fc (eps_R terms F (Q2R uq)) (Q2R sq)
+       + INR steps * eta_R fc (eps_R terms F (Q2R uq))
+                             (Q2R sq + (1 + Q2R uq) * zterm F ze (S n))
          * (1 + eps_R terms F (Q2R uq)) ^ steps ->
   x <= Q2R rel * m + Q2R abs.
 Proof.
   intros [H0 [H1 H2]] Hm Hx.
-  rewrite eps_R_Q, eta_R_Q, rel_R_Q, abs_R_Q in Hx.
+  rewrite s_total_Q, eps_R_Q, eta_R_Q, rel_R_Q, abs_R_Q in Hx.
   apply Q2R_nonneg_check in H0; apply Q2R_le_check in H1; apply Q2R_le_check in H2.
   eapply Rle_trans; [exact Hx|].
   apply Rplus_le_compat; [apply Rmult_le_compat_r|]; assumption.
@@ -134,7 +149,7 @@ Theorem dot_bound_top_checked :
   (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
   forall c l, (length l <= k)%nat -> in_format fo c ->
   Forall (fun ab => in_format fi (fst ab) /\ in_format fi (snd ab)) l ->
-  Rabs (udot fi fc fo F rnd_al rnd_out n c l - (c + psum l))
+  Rabs (udot fi fc fo F ze rnd_al rnd_out n c l - (c + psum l))
     <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
 Proof.
   intros H1 H2 H3 Hc c l Hl Hcf Hin.
@@ -146,7 +161,7 @@ Qed.
 Theorem dot_bound_all_checked :
   checked (n + 1) ->
   forall c l, (length l <= k)%nat ->
-  Rabs (udot fi fc fo F rnd_al rnd_out n c l - (c + psum l))
+  Rabs (udot fi fc fo F ze rnd_al rnd_out n c l - (c + psum l))
     <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
 Proof.
   intros Hc c l Hl.
@@ -160,7 +175,7 @@ Theorem matmul_bound_top_checked :
   (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
   forall (A B C : mat) i j, in_format fo (C i j) ->
   (forall p, (p < k)%nat -> in_format fi (A i p) /\ in_format fi (B p j)) ->
-  Rabs (matmul fi fc fo F rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+  Rabs (matmul fi fc fo F ze rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
 Proof.
   intros H1 H2 H3 Hc A B C i j Hcf Hin.
@@ -172,7 +187,7 @@ Qed.
 Theorem matmul_bound_all_checked :
   checked (n + 1) ->
   forall (A B C : mat) i j,
-  Rabs (matmul fi fc fo F rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+  Rabs (matmul fi fc fo F ze rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
 Proof.
   intros Hc A B C i j.

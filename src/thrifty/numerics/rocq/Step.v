@@ -16,6 +16,7 @@ Fixpoint psum (l : list (R * R)) : R :=
 Section Step.
 Variables (fi fc fo : fmt).
 Variable F : Z.
+Variable ze : option Z.  (* the exponent zero terms align at (None: they do not) *)
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
 Variable rnd_out : R -> Z.
@@ -29,7 +30,7 @@ Definition prod_term (ab : R * R) : term :=
   (fst ab * snd ab, (expo fi (fst ab) + expo fi (snd ab))%Z).
 Definition terms (c : R) (l : list (R * R)) : list term := (c, expo fc c) :: map prod_term l.
 Definition step (c : R) (l : list (R * R)) : R :=
-  round radix2 (fexp fo) rnd_out (aligned F rnd_al (terms c l)).
+  round radix2 (fexp fo) rnd_out (aligned_z F rnd_al ze (terms c l)).
 
 Fixpoint pmag (l : list (R * R)) : R :=
   match l with nil => 0 | ab :: l' => pad fi (fst ab) * pad fi (snd ab) + pmag l' end.
@@ -88,23 +89,24 @@ Proof.
     eapply Forall_impl; [|exact H0]; intros t Ht Hz; specialize (Ht Hz); lra.
 Qed.
 
-(* the step from a bound [a * mu] on the alignment error *)
-Lemma step_from_aligned a c l :
-  0 <= a -> Rabs (aligned F rnd_al (terms c l) - (c + psum l)) <= a * mu c l ->
-  Rabs (step c l - (c + psum l)) <= (a + u * (1 + a)) * mu c l + s.
+(* the step from a bound [a * mu + z] on the alignment error *)
+Lemma step_from_aligned a z c l :
+  0 <= a -> 0 <= z ->
+  Rabs (aligned_z F rnd_al ze (terms c l) - (c + psum l)) <= a * mu c l + z ->
+  Rabs (step c l - (c + psum l)) <= (a + u * (1 + a)) * mu c l + (s + (1 + u) * z).
 Proof.
-  intros Ha Hal; unfold step.
-  set (x := aligned F rnd_al (terms c l)) in *.
+  intros Ha Hz Hal; unfold step.
+  set (x := aligned_z F rnd_al ze (terms c l)) in *.
   pose proof (round_err x) as Hr.
   pose proof (exact_le_mu c l) as Hex.
   pose proof (mu_nonneg c l).
-  assert (Rabs x <= mu c l + a * mu c l).
+  assert (Rabs x <= mu c l + a * mu c l + z).
   { replace x with ((x - (c + psum l)) + (c + psum l)) by ring.
     eapply Rle_trans; [apply Rabs_triang|]; lra. }
   replace (round radix2 (fexp fo) rnd_out x - (c + psum l))
     with ((round radix2 (fexp fo) rnd_out x - x) + (x - (c + psum l))) by ring.
   eapply Rle_trans; [apply Rabs_triang|].
-  assert (u * Rabs x <= u * (mu c l + a * mu c l)) by (apply Rmult_le_compat_l; assumption).
+  assert (u * Rabs x <= u * (mu c l + a * mu c l + z)) by (apply Rmult_le_compat_l; assumption).
   nra.
 Qed.
 
@@ -112,15 +114,20 @@ Qed.
 Theorem step_err_all (n : nat) c l :
   (length l <= n)%nat ->
   Rabs (step c l - (c + psum l))
-    <= (INR (S n) * bpow radix2 (- F) + u * (1 + INR (S n) * bpow radix2 (- F))) * mu c l + s.
+    <= (INR (S n) * bpow radix2 (- F) + u * (1 + INR (S n) * bpow radix2 (- F))) * mu c l
+       + (s + (1 + u) * zterm F ze (S n)).
 Proof.
-  intros Hn; apply step_from_aligned.
+  intros Hn; apply step_from_aligned; [| apply zterm_nonneg |].
   - apply Rmult_le_pos; [apply pos_INR | apply bpow_ge_0].
   - rewrite <- sumv_terms.
-    eapply Rle_trans; [apply (@aligned_err_all F rnd_al V_al (mu c l)); [apply mu_nonneg | apply terms_bpow]|].
+    eapply Rle_trans;
+      [apply (@aligned_z_err_all F rnd_al V_al ze (mu c l)); [apply mu_nonneg | apply terms_bpow]|].
+    assert (Hlen : (length (terms c l) <= S n)%nat)
+      by (unfold terms; simpl; rewrite map_length; lia).
+    apply Rplus_le_compat; [|apply zterm_mono; exact Hlen].
     apply Rmult_le_compat_r; [apply mu_nonneg|].
     apply Rmult_le_compat_r; [apply bpow_ge_0|].
-    apply le_INR; unfold terms; simpl; rewrite map_length; lia.
+    apply le_INR; exact Hlen.
 Qed.
 
 (* The top term is exact: a product is a multiple of 2^(expo a + expo b - 2(prec_i - 1)),
@@ -175,17 +182,22 @@ Theorem step_err_top (n : nat) c l :
   (length l <= n)%nat -> in_format fo c ->
   Forall (fun ab => in_format fi (fst ab) /\ in_format fi (snd ab)) l ->
   Rabs (step c l - (c + psum l))
-    <= (INR n * bpow radix2 (- F) + u * (1 + INR n * bpow radix2 (- F))) * mu c l + s.
+    <= (INR n * bpow radix2 (- F) + u * (1 + INR n * bpow radix2 (- F))) * mu c l
+       + (s + (1 + u) * zterm F ze (S n)).
 Proof.
-  intros HFi HFo HFc Hn Hc Hl; apply step_from_aligned.
+  intros HFi HFo HFc Hn Hc Hl; apply step_from_aligned; [| apply zterm_nonneg |].
   - apply Rmult_le_pos; [apply pos_INR | apply bpow_ge_0].
   - rewrite <- sumv_terms.
-    eapply Rle_trans; [apply (@aligned_err_top F rnd_al V_al (mu c l)); [discriminate | apply mu_nonneg |]|].
+    assert (Hlen : (length (terms c l) <= S n)%nat)
+      by (unfold terms; simpl; rewrite map_length; lia).
+    eapply Rle_trans;
+      [apply (@aligned_z_err_top F rnd_al V_al ze (mu c l)); [discriminate | apply mu_nonneg |]|].
     + pose proof (terms_bpow c l) as Hb; unfold terms in *.
       inversion Hb as [|t0 l0 Hb0 Hbl]; subst; constructor.
       * intros Hz; split; [apply Hb0; exact Hz | apply c_exact; assumption].
       * apply prods_exact; assumption.
-    + apply Rmult_le_compat_r; [apply mu_nonneg|].
+    + apply Rplus_le_compat; [|apply zterm_mono; exact Hlen].
+      apply Rmult_le_compat_r; [apply mu_nonneg|].
       apply Rmult_le_compat_r; [apply bpow_ge_0|].
       unfold terms; cbn [length]; rewrite map_length, S_INR.
       replace (INR (length l) + 1 - 1) with (INR (length l)) by ring.
@@ -193,11 +205,11 @@ Proof.
 Qed.
 
 (* The same bounds with |c| in place of pad c (pad c <= |c| + 2^emin_normal(fc)). *)
-Lemma to_abs_c (e : R) c l :
+Lemma to_abs_c (e s' : R) c l :
   0 <= e ->
-  Rabs (step c l - (c + psum l)) <= e * mu c l + s ->
+  Rabs (step c l - (c + psum l)) <= e * mu c l + s' ->
   Rabs (step c l - (c + psum l))
-    <= e * (Rabs c + pmag l) + (e * bpow radix2 (normal_emin fc) + s).
+    <= e * (Rabs c + pmag l) + (e * bpow radix2 (normal_emin fc) + s').
 Proof.
   intros He H; eapply Rle_trans; [exact H|]; unfold mu.
   pose proof (pad_le fc c); nra.

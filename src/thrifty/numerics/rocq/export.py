@@ -9,9 +9,10 @@ Coq's reals in the terms of Flocq (Boldo and Melquiond, ARITH 2011):
 * each format as a Flocq ``FLT_exp emin prec`` (:func:`format_section`), with its largest
   finite value, saturation and rounding, and those facts *proved*;
 * for a unit whose step the library models (:func:`proof_gap` is ``None``: products
-  exact, every term aligned to the largest exponent and kept to ``F`` fraction bits by
-  truncation or rounding down, one final rounding of any mode; no interleaving, late
-  addend, normaliser, carry limit, zero-term exponent or flushing), the unit's dot
+  exact, every term aligned to the largest exponent (at least ``zero_exp`` when a term is
+  zero) and kept to ``F`` fraction bits by truncation or rounding down, one final rounding
+  of any mode; no interleaving, late addend, normaliser, carry limit or flushing), the
+  unit's dot
   product of length ``k`` and its matrix product as instances of the library's
   definitions, and the bound :func:`thrifty.numerics.bounds.a_priori_bound` reports as
   two theorems, ``dot_a_priori_bound`` and ``matmul_a_priori_bound``, proved: the
@@ -133,7 +134,6 @@ def proof_gap(model: UnitModel) -> str | None:
             (model.interleave, "interleaved halves"),
             (model.addend_last, "c added last"),
             (model.normalize_bits is not None, "a normaliser"),
-            (model.zero_exp is not None, "zero terms in the alignment (zero_exp)"),
             (not (model.subnormals_in and model.subnormals_out), "flushed subnormals")]
     named = [why for bad, why in gaps if bad]
     return None if not named else "the proof library does not model " + ", ".join(named)
@@ -192,6 +192,9 @@ def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
     st = step_error_model(model)
     steps = -(-k // model.fma)
     top = st.truncated_terms == model.fma
+    ze = "None" if model.zero_exp is None else f"(Some {_z(model.zero_exp)})"
+    if model.zero_exp is not None:  # zeros pad the last block: state it for whole blocks
+        k = steps * model.fma
     i, a, o = (_ident(get_format(f).name) for f in (model.input, model.accumulator,
                                                     model.output))
     rnd, al = _RND[model.rounding], _SHIFTED[model.shifted_out]
@@ -200,9 +203,12 @@ def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
     s = "two_pow (f_emin fo) / inject_Z 2" if nearest else "two_pow (f_emin fo)"
     err = "(round_err_ne_Q fo)" if nearest else f"(round_err_any_Q fo {rnd})"
     s_pos = "(two_pow_half_nonneg _)" if nearest else "(two_pow_nonneg _)"
-    args = (f"fi fc fo window {al} {rnd} u_q s_q (two_pow_nonneg _) {s_pos} {err} "
+    args = (f"fi fc fo window {ze} {al} {rnd} u_q s_q (two_pow_nonneg _) {s_pos} {err} "
             "fma steps k")
     which = "top" if top else "all"
+    zero_note = ("" if model.zero_exp is None else
+                 f"\n   Zero terms align at 2^{model.zero_exp}: the unit pads the last block "
+                 "with zero products, so vectors are stated padded to whole blocks.")
     hyp_dot = ("in_format fo c ->\n  Forall (fun ab => in_format fi (fst ab) /\\ "
                "in_format fi (snd ab)) l ->\n  " if top else "")
     hyp_mm = ("in_format fo (C i j) ->\n  (forall p, (p < k)%nat -> in_format fi (A i p) "
@@ -213,7 +219,7 @@ def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
    Source: {model.source or 'user model'}.
    Per step at most {st.truncated_terms} terms lose one window ulp ({'the top term is exact'
    if top else 'every term may'}): eps = {float(st.eps):.6g}, eta = {float(st.eta):.6g};
-   a dot product of length k <= {k} takes S = {steps} steps. ---- *)
+   a dot product of length k <= {k} takes S = {steps} steps.{zero_note} ---- *)
 Definition fi : fmt := {i}_fmt.
 Definition fc : fmt := {a}_fmt.
 Definition fo : fmt := {o}_fmt.
@@ -226,10 +232,10 @@ Definition s_q : Q := {s}.
 (* thrifty.numerics.bounds.a_priori_bound(model, {k}): relative {rel!r}, absolute {ab!r} *)
 Definition bound_rel : R := Q2R {_q(Fraction(rel))}.
 Definition bound_abs : R := Q2R {_q(Fraction(ab))}.
-Definition unit_step : R -> list (R * R) -> R := ustep fi fc fo window {al} {rnd}.
-Definition unit_dot : R -> list (R * R) -> R := udot fi fc fo window {al} {rnd} fma.
+Definition unit_step : R -> list (R * R) -> R := ustep fi fc fo window {ze} {al} {rnd}.
+Definition unit_dot : R -> list (R * R) -> R := udot fi fc fo window {ze} {al} {rnd} fma.
 Definition unit_matmul : mat -> mat -> mat -> nat -> nat -> nat -> R :=
-  matmul fi fc fo window {al} {rnd} fma.
+  matmul fi fc fo window {ze} {al} {rnd} fma.
 
 (* |c + sum a_i b_i computed - exact| <= bound_rel (|c| + sum pad a_i pad b_i) + bound_abs *)
 Theorem dot_a_priori_bound : forall c l,
