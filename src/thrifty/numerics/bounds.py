@@ -184,7 +184,7 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
             raise FormatError(f"unit {model.name!r}: {model.carry_bits} carry bits cannot hold "
                               f"the sum of {n_prod + 1} terms; no finite bound (carries "
                               f"are lost); use carry_bits >= {math.ceil(math.log2(n_prod + 1))}")
-    delta = _rounding_unit(model.rounding, fout.precision)
+    delta = delta_out = _rounding_unit(model.rounding, fout.precision)
     if model.normalize_bits is not None and model.normalize_bits < fout.precision:
         delta = (1 + _pow2(1 - model.normalize_bits)) * (1 + delta) - 1
         notes.append(f"normaliser keeps {model.normalize_bits} bits")
@@ -193,8 +193,8 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     # exponent clamp; flushed inputs are outside the a priori bound (see detail)
     spacing = _pow2(fout.emin - fout.precision + 1)
     eta = spacing if model.rounding != "nearest_even" else spacing / 2
-    if model.normalize_bits is not None:
-        eta += _pow2(fout.emin - model.normalize_bits + 1)
+    if model.normalize_bits is not None:  # the normaliser's spacing, rounded once more
+        eta += (1 + delta_out) * _pow2(fout.emin - model.normalize_bits + 1)
     if not model.subnormals_out:
         eta += _pow2(fout.emin)
     eta += eps * _pow2(facc.emin)

@@ -40,15 +40,15 @@ Variables (fi fc fo : fmt) (F : Z).
 Variable ze : option Z.
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
-Variable rnd_out : R -> Z.
-Context {V_out : Valid_rnd rnd_out}.
+Variable final : R -> R.
 Variables (u s : R).
 Hypothesis u_pos : 0 <= u.
 Hypothesis s_pos : 0 <= s.
 Hypothesis round_err :
-  forall x, Rabs (round radix2 (fexp fo) rnd_out x - x) <= u * Rabs x + s.
+  forall x, Rabs (final x - x) <= u * Rabs x + s.
+Hypothesis final_format : forall x, in_format fo (final x).
 
-Definition ustep : R -> list (R * R) -> R := step fi fc fo F ze rnd_al rnd_out.
+Definition ustep : R -> list (R * R) -> R := step fi fc F ze rnd_al final.
 Definition udot (n : nat) (c : R) (l : list (R * R)) : R := dot _ ustep c (chunks n l).
 
 Definition mat := nat -> nat -> R.
@@ -98,10 +98,10 @@ Proof.
            (fun b => (length b <= n)%nat /\ inputs b)); auto.
   - intros b _; apply psum_le_pmag.
   - intros c' b _ _; unfold ustep, step.
-    apply generic_format_round; [unfold fexp; apply FLT_exp_valid; apply f_prec_pos|exact V_out].
+    apply final_format.
   - intros c' b Hc' [Hb Hbi].
     apply to_abs_c; [exact He|].
-    apply step_err_top; assumption.
+    apply (step_err_top fi fc fo); assumption.
   - pose proof (chunks_small n l) as Hsm.
     assert (Hin : Forall (Forall (fun ab => in_format fi (fst ab) /\ in_format fi (snd ab)))
                          (chunks n l)).

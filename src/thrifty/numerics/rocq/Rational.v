@@ -100,13 +100,13 @@ Variables (fi fc fo : fmt) (F : Z).
 Variable ze : option Z.
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
-Variable rnd_out : R -> Z.
-Context {V_out : Valid_rnd rnd_out}.
+Variable final : R -> R.
 Variables (uq sq : Q).
 Hypothesis u_pos : 0 <= Q2R uq.
 Hypothesis s_pos : 0 <= Q2R sq.
 Hypothesis round_err :
-  forall x, Rabs (round radix2 (fexp fo) rnd_out x - x) <= Q2R uq * Rabs x + Q2R sq.
+  forall x, Rabs (final x - x) <= Q2R uq * Rabs x + Q2R sq.
+Hypothesis final_format : forall x, in_format fo (final x).
 Variables (n steps k : nat) (rel abs : Q).
 Hypothesis Hn : (0 < n)%nat.
 Hypothesis Hk : (k <= steps * n)%nat.
@@ -149,19 +149,19 @@ Theorem dot_bound_top_checked :
   (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
   forall c l, (length l <= k)%nat -> in_format fo c ->
   Forall (fun ab => in_format fi (fst ab) /\ in_format fi (snd ab)) l ->
-  Rabs (udot fi fc fo F ze rnd_al rnd_out n c l - (c + psum l))
+  Rabs (udot fi fc F ze rnd_al final n c l - (c + psum l))
     <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
 Proof.
   intros H1 H2 H3 Hc c l Hl Hcf Hin.
   apply (checked_bound n c); [exact Hc | |].
   - pose proof (Rabs_pos c); pose proof (Step.pmag_nonneg fi l); lra.
-  - apply dot_bound_top; auto; lia.
+  - apply (dot_bound_top fi fc fo); auto; lia.
 Qed.
 
 Theorem dot_bound_all_checked :
   checked (n + 1) ->
   forall c l, (length l <= k)%nat ->
-  Rabs (udot fi fc fo F ze rnd_al rnd_out n c l - (c + psum l))
+  Rabs (udot fi fc F ze rnd_al final n c l - (c + psum l))
     <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
 Proof.
   intros Hc c l Hl.
@@ -175,19 +175,19 @@ Theorem matmul_bound_top_checked :
   (normal_emin fc - F <= f_emin fo)%Z -> checked n ->
   forall (A B C : mat) i j, in_format fo (C i j) ->
   (forall p, (p < k)%nat -> in_format fi (A i p) /\ in_format fi (B p j)) ->
-  Rabs (matmul fi fc fo F ze rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+  Rabs (matmul fi fc F ze rnd_al final n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
 Proof.
   intros H1 H2 H3 Hc A B C i j Hcf Hin.
   apply (checked_bound n (C i j)); [exact Hc | |].
   - pose proof (Rabs_pos (C i j)); pose proof (Step.pmag_nonneg fi (row_col A B k i j)); lra.
-  - apply matmul_bound_top; auto.
+  - apply (matmul_bound_top fi fc fo); auto.
 Qed.
 
 Theorem matmul_bound_all_checked :
   checked (n + 1) ->
   forall (A B C : mat) i j,
-  Rabs (matmul fi fc fo F ze rnd_al rnd_out n A B C k i j - (C i j + psum (row_col A B k i j)))
+  Rabs (matmul fi fc F ze rnd_al final n A B C k i j - (C i j + psum (row_col A B k i j)))
     <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
 Proof.
   intros Hc A B C i j.
@@ -196,6 +196,33 @@ Proof.
   - apply matmul_bound_all; auto.
 Qed.
 End Checked.
+
+(* a normaliser [g] then a rounding [h]: their errors compose *)
+Lemma compose_err_Q (g h : R -> R) (u1 s1 u2 s2 : Q) :
+  0 <= Q2R u2 ->
+  (forall x, Rabs (g x - x) <= Q2R u1 * Rabs x + Q2R s1) ->
+  (forall x, Rabs (h x - x) <= Q2R u2 * Rabs x + Q2R s2) ->
+  forall x, Rabs (h (g x) - x)
+    <= Q2R ((1 + u1) * (1 + u2) - 1) * Rabs x + Q2R (s2 + (1 + u2) * s1).
+Proof.
+  intros Hu2 Hg Hh x.
+  rewrite Q2R_minus, !Q2R_mult, !Q2R_plus, Q2R_mult, Q2R_plus, Q2R_1.
+  pose proof (Hg x) as G; pose proof (Hh (g x)) as H.
+  assert (Hgx : Rabs (g x) <= Rabs x + (Q2R u1 * Rabs x + Q2R s1)).
+  { replace (g x) with ((g x - x) + x) by ring.
+    eapply Rle_trans; [apply Rabs_triang|]; lra. }
+  replace (h (g x) - x) with ((h (g x) - g x) + (g x - x)) by ring.
+  eapply Rle_trans; [apply Rabs_triang|].
+  assert (Q2R u2 * Rabs (g x) <= Q2R u2 * (Rabs x + (Q2R u1 * Rabs x + Q2R s1)))
+    by (apply Rmult_le_compat_l; assumption).
+  nra.
+Qed.
+
+Lemma round_in_format f (rnd : R -> Z) {V : Valid_rnd rnd} x :
+  in_format f (round radix2 (fexp f) rnd x).
+Proof.
+  apply generic_format_round; [unfold fexp; apply FLT_exp_valid; apply f_prec_pos | exact V].
+Qed.
 
 (* the side conditions of an instance, decided by computation *)
 Ltac check_goal :=

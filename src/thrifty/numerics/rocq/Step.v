@@ -3,7 +3,8 @@
    - a product a b is exact, aligned by expo a + expo b (input format [fi]),
    - c is aligned by expo c (accumulator format [fc]),
    - the terms are kept to 2^(E - F) below the largest exponent E (Align.v),
-   - the sum is rounded once to the output format [fo] by [rnd_out]. *)
+   - the sum goes through [final]: one rounding to the output format [fo], or a
+     normaliser then that rounding; all the proofs use is its error bound [round_err]. *)
 From Coq Require Import ZArith Reals List Lia Lra.
 From Flocq Require Import Core.
 From Thrifty Require Import Formats Align.
@@ -19,18 +20,17 @@ Variable F : Z.
 Variable ze : option Z.  (* the exponent zero terms align at (None: they do not) *)
 Variable rnd_al : R -> Z.
 Context {V_al : Valid_rnd rnd_al}.
-Variable rnd_out : R -> Z.
-Context {V_out : Valid_rnd rnd_out}.
+Variable final : R -> R.
 Variables (u s : R).
 Hypothesis u_pos : 0 <= u.
 Hypothesis round_err :
-  forall x, Rabs (round radix2 (fexp fo) rnd_out x - x) <= u * Rabs x + s.
+  forall x, Rabs (final x - x) <= u * Rabs x + s.
 
 Definition prod_term (ab : R * R) : term :=
   (fst ab * snd ab, (expo fi (fst ab) + expo fi (snd ab))%Z).
 Definition terms (c : R) (l : list (R * R)) : list term := (c, expo fc c) :: map prod_term l.
 Definition step (c : R) (l : list (R * R)) : R :=
-  round radix2 (fexp fo) rnd_out (aligned_z F rnd_al ze (terms c l)).
+  final (aligned_z F rnd_al ze (terms c l)).
 
 Fixpoint pmag (l : list (R * R)) : R :=
   match l with nil => 0 | ab :: l' => pad fi (fst ab) * pad fi (snd ab) + pmag l' end.
@@ -103,8 +103,7 @@ Proof.
   assert (Rabs x <= mu c l + a * mu c l + z).
   { replace x with ((x - (c + psum l)) + (c + psum l)) by ring.
     eapply Rle_trans; [apply Rabs_triang|]; lra. }
-  replace (round radix2 (fexp fo) rnd_out x - (c + psum l))
-    with ((round radix2 (fexp fo) rnd_out x - x) + (x - (c + psum l))) by ring.
+  replace (final x - (c + psum l)) with ((final x - x) + (x - (c + psum l))) by ring.
   eapply Rle_trans; [apply Rabs_triang|].
   assert (u * Rabs x <= u * (mu c l + a * mu c l + z)) by (apply Rmult_le_compat_l; assumption).
   nra.

@@ -11,8 +11,8 @@ Coq's reals in the terms of Flocq (Boldo and Melquiond, ARITH 2011):
 * for a unit whose step the library models (:func:`proof_gap` is ``None``: products
   exact, every term aligned to the largest exponent (at least ``zero_exp`` when a term is
   zero) and kept to ``F`` fraction bits by truncation or rounding down, one final rounding
-  of any mode; no interleaving, late addend, normaliser, carry limit or flushing), the
-  unit's dot
+  of any mode, after a normaliser (toward zero) if the unit has one; no interleaving,
+  late addend, carry limit or flushing), the unit's dot
   product of length ``k`` and its matrix product as instances of the library's
   definitions, and the bound :func:`thrifty.numerics.bounds.a_priori_bound` reports as
   two theorems, ``dot_a_priori_bound`` and ``matmul_a_priori_bound``, proved: the
@@ -133,7 +133,9 @@ def proof_gap(model: UnitModel) -> str | None:
             (not model.c_in_alignment, "c added after the products"),
             (model.interleave, "interleaved halves"),
             (model.addend_last, "c added last"),
-            (model.normalize_bits is not None, "a normaliser"),
+            (model.normalize_bits is not None
+             and model.normalize_bits >= get_format(model.output).precision,
+             "a normaliser as wide as the output"),
             (not (model.subnormals_in and model.subnormals_out), "flushed subnormals")]
     named = [why for bad, why in gaps if bad]
     return None if not named else "the proof library does not model " + ", ".join(named)
@@ -187,6 +189,11 @@ def _check_exportable(model: UnitModel) -> None:
                           "pairs halves, c added last or zero_exp")
 
 
+def u_out(nearest: bool) -> str:
+    """The final rounding's relative error constant, in Coq."""
+    return "two_pow (- f_prec fo)" if nearest else "two_pow (1 - f_prec fo)"
+
+
 def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
     """The unit as an instance of the library and its bound theorems, proved."""
     st = step_error_model(model)
@@ -202,9 +209,24 @@ def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
     u = "two_pow (- f_prec fo)" if nearest else "two_pow (1 - f_prec fo)"
     s = "two_pow (f_emin fo) / inject_Z 2" if nearest else "two_pow (f_emin fo)"
     err = "(round_err_ne_Q fo)" if nearest else f"(round_err_any_Q fo {rnd})"
-    s_pos = "(two_pow_half_nonneg _)" if nearest else "(two_pow_nonneg _)"
-    args = (f"fi fc fo window {ze} {al} {rnd} u_q s_q (two_pow_nonneg _) {s_pos} {err} "
-            "fma steps k")
+    nb = model.normalize_bits
+    if nb is None:
+        norm, final = "", f"fun x => round radix2 (fexp fo) {rnd} x"
+    else:  # a normaliser keeping nb bits toward zero, then the final rounding
+        emin_n = get_format(model.output).emin - nb + 1
+        norm = (f"(* the normaliser: {nb} bits, toward zero *)\n"
+                f"Definition fn : fmt := Fmt ({emin_n}) {nb} eq_refl.\n")
+        final = f"fun x => round radix2 (fexp fo) {rnd} (round radix2 (fexp fn) Ztrunc x)"
+        err = (f"(compose_err_Q _ _ (two_pow (1 - f_prec fn)) (two_pow (f_emin fn)) ({u}) "
+               f"({s}) (two_pow_nonneg _) (round_err_any_Q fn Ztrunc) {err})")
+        u = f"(1 + two_pow (1 - f_prec fn)) * (1 + {u}) - 1"
+        s = f"{s} + (1 + {u_out(nearest)}) * two_pow (f_emin fn)"
+    pos = "ltac:(apply Q2R_nonneg_check; vm_compute; reflexivity)"
+    if top:  # c stays in the output format: the final result is in it
+        args = (f"fi fc fo window {ze} {al} unit_final u_q s_q {pos} {pos} {err} "
+                f"(fun x => round_in_format fo {rnd} _) fma steps k")
+    else:
+        args = f"fi fc window {ze} {al} unit_final u_q s_q {pos} {pos} {err} fma steps k"
     which = "top" if top else "all"
     zero_note = ("" if model.zero_exp is None else
                  f"\n   Zero terms align at 2^{model.zero_exp}: the unit pads the last block "
@@ -227,15 +249,16 @@ Definition window : Z := {_z(model.window_bits or 0)}.
 Definition fma : nat := {model.fma}.
 Definition steps : nat := {steps}.
 Definition k : nat := {k}.
+{norm}Definition unit_final : R -> R := {final}.
 Definition u_q : Q := {u}.
 Definition s_q : Q := {s}.
 (* thrifty.numerics.bounds.a_priori_bound(model, {k}): relative {rel!r}, absolute {ab!r} *)
 Definition bound_rel : R := Q2R {_q(Fraction(rel))}.
 Definition bound_abs : R := Q2R {_q(Fraction(ab))}.
-Definition unit_step : R -> list (R * R) -> R := ustep fi fc fo window {ze} {al} {rnd}.
-Definition unit_dot : R -> list (R * R) -> R := udot fi fc fo window {ze} {al} {rnd} fma.
+Definition unit_step : R -> list (R * R) -> R := ustep fi fc window {ze} {al} unit_final.
+Definition unit_dot : R -> list (R * R) -> R := udot fi fc window {ze} {al} unit_final fma.
 Definition unit_matmul : mat -> mat -> mat -> nat -> nat -> nat -> R :=
-  matmul fi fc fo window {ze} {al} {rnd} fma.
+  matmul fi fc window {ze} {al} unit_final fma.
 
 (* |c + sum a_i b_i computed - exact| <= bound_rel (|c| + sum pad a_i pad b_i) + bound_abs *)
 Theorem dot_a_priori_bound : forall c l,
