@@ -134,9 +134,11 @@ def test_library_compiles_without_admitted() -> None:
 
 @needs_coqc
 @pytest.mark.parametrize(("name", "fin", "fout", "k"), [("h100", "bf16", "fp32", 1024),
-                                                        ("ada", "e4m3", "fp16", 100)])
+                                                        ("h100", "e5m2", "fp32", 100)])
 def test_coqc_proves_the_exported_bound(name, fin, fout, k) -> None:
-    text = export_unit(preset(name, fin, fout), k=k)
+    # h100 e5m2 through wgmma: a normaliser, zero terms at e_zero, fma + 1 lossy terms
+    model = preset(name, fin, fout, instruction="wgmma" if fin == "e5m2" else None)
+    text = export_unit(model, k=k)
     ok, messages = check_with_coqc(text)
     assert ok, messages
     found = assumptions(messages)
@@ -170,9 +172,9 @@ def test_cli_export_rocq_checks_with_coqc(tmp_path) -> None:
     from click.testing import CliRunner
 
     from thrifty.cli.fp_units import export_rocq
-    out, lib = tmp_path / "a100.v", tmp_path / "lib"
-    res = CliRunner().invoke(export_rocq, ["--unit", "a100", "--input", "tf32", "--output",
-                                           "fp32", "--k", "64", "-o", str(out), "--library",
+    out, lib = tmp_path / "v100.v", tmp_path / "lib"
+    res = CliRunner().invoke(export_rocq, ["--unit", "v100", "--input", "fp16", "--output",
+                                           "fp16", "--k", "64", "-o", str(out), "--library",
                                            str(lib), "--check"])
     assert res.exit_code == 0, res.output
     assert "Admitted: 0" in res.output and "Classical_Prop.classic" in res.output
