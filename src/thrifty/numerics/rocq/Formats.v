@@ -93,6 +93,15 @@ Proof.
   apply product_format; assumption.
 Qed.
 
+Corollary bfloat16_product_exact a b :
+  in_format bfloat16 a -> in_format bfloat16 b ->
+  generic_format radix2 (FLX_exp 16) (a * b) /\
+  generic_format radix2 (FLT_exp (-266) 16) (a * b).
+Proof.
+  intros Ha Hb; split; [apply (product_format_FLX bfloat16 bfloat16) |
+                        apply (product_format bfloat16 bfloat16)]; assumption.
+Qed.
+
 (* ulp in an FLT format: at most 2^(1-prec) |x| + 2^emin *)
 Lemma ulp_le_rel f x :
   ulp radix2 (fexp f) x <= bpow radix2 (1 - f_prec f) * Rabs x + bpow radix2 (f_emin f).
