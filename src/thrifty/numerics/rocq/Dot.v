@@ -175,4 +175,42 @@ Proof.
   intros Hn Hk i j; unfold matmul.
   apply dot_bound_all; auto; rewrite row_col_length; exact Hk.
 Qed.
+
+(* Exact alignment (align_bits = None). *)
+Definition udot_exact (n : nat) (c : R) (l : list (R * R)) : R :=
+  dot _ (step_exact final) c (chunks n l).
+Definition matmul_exact (n : nat) (A B C : mat) (k i j : nat) : R :=
+  udot_exact n (C i j) (row_col A B k i j).
+
+Theorem dot_bound_exact (n steps : nat) c l :
+  (0 < n)%nat -> (length l <= steps * n)%nat ->
+  let eta := eta_R fc u s in
+  Rabs (udot_exact n c l - (c + psum l))
+    <= ((1 + u) ^ steps - 1) * (Rabs c + pmag fi l) + INR steps * eta * (1 + u) ^ steps.
+Proof.
+  intros Hn HS eta.
+  assert (Heta : 0 <= eta)
+    by (unfold eta, eta_R; pose proof (bpow_ge_0 radix2 (normal_emin fc));
+        apply Rplus_le_le_0_compat; [apply Rmult_le_pos|]; assumption).
+  unfold udot_exact; rewrite <- (exact_dot_chunks n c l Hn), <- (magn_chunks n l Hn).
+  apply (chain_bound_le _ (step_exact final) psum (pmag fi) (fun _ => True)
+           (fun b => (length b <= n)%nat)); auto.
+  - intros b _; apply psum_le_pmag.
+  - intros c' b _ _.
+    apply (to_abs_c fi fc); [exact u_pos|].
+    apply (step_exact_err fi fc final u s u_pos round_err).
+  - apply chunks_small.
+  - apply chunks_count; assumption.
+Qed.
+
+Theorem matmul_bound_exact (n steps : nat) (A B C : mat) k :
+  (0 < n)%nat -> (k <= steps * n)%nat ->
+  forall i j, let eta := eta_R fc u s in
+  Rabs (matmul_exact n A B C k i j - (C i j + psum (row_col A B k i j)))
+    <= ((1 + u) ^ steps - 1) * (Rabs (C i j) + pmag fi (row_col A B k i j))
+       + INR steps * eta * (1 + u) ^ steps.
+Proof.
+  intros Hn Hk i j; unfold matmul_exact.
+  apply dot_bound_exact; auto; rewrite row_col_length; exact Hk.
+Qed.
 End Dot.

@@ -146,6 +146,23 @@ Lemma round_err_ne f x :
     <= bpow radix2 (- f_prec f) * Rabs x + bpow radix2 (f_emin f) / 2.
 Proof. apply round_err_nearest. Qed.
 
+(* flush to zero: results below the smallest normal become 0 *)
+Definition flush (f : fmt) (x : R) : R :=
+  if Rlt_dec (Rabs x) (bpow radix2 (normal_emin f)) then 0 else x.
+
+Lemma flush_err f x : Rabs (flush f x - x) <= 0 * Rabs x + bpow radix2 (normal_emin f).
+Proof.
+  unfold flush; destruct (Rlt_dec (Rabs x) (bpow radix2 (normal_emin f))).
+  - rewrite Rminus_0_l, Rabs_Ropp; lra.
+  - replace (x - x) with 0 by ring; rewrite Rabs_R0;
+      pose proof (bpow_ge_0 radix2 (normal_emin f)); lra.
+Qed.
+
+Lemma flush_format f g x : in_format g x -> in_format g (flush f x).
+Proof.
+  intros H; unfold flush; destruct (Rlt_dec _ _); [apply generic_format_0 | exact H].
+Qed.
+
 (* the largest finite value of a format with [emax] (IEEE) and saturation to it *)
 Definition max_finite (f : fmt) (m e : Z) : R := F2R (Float radix2 m e).
 Lemma max_finite_format f m e :

@@ -195,6 +195,46 @@ Proof.
   - pose proof (Rabs_pos (C i j)); pose proof (Step.pmag_nonneg fi (row_col A B k i j)); lra.
   - apply matmul_bound_all; auto.
 Qed.
+Let checked_exact : Prop :=
+  Qle_bool 0 (rel_Q steps uq) = true /\ Qle_bool (rel_Q steps uq) rel = true /\
+  Qle_bool (abs_Q steps uq (eta_Q (normal_emin fc) uq sq)) abs = true.
+
+Lemma checked_exact_bound (m x : R) :
+  checked_exact -> 0 <= m ->
+  x <= ((1 + Q2R uq) ^ steps - 1) * m
+       + INR steps * eta_R fc (Q2R uq) (Q2R sq) * (1 + Q2R uq) ^ steps ->
+  x <= Q2R rel * m + Q2R abs.
+Proof.
+  intros [H0 [H1 H2]] Hm Hx.
+  rewrite eta_R_Q, rel_R_Q, abs_R_Q in Hx.
+  apply Q2R_nonneg_check in H0; apply Q2R_le_check in H1; apply Q2R_le_check in H2.
+  eapply Rle_trans; [exact Hx|].
+  apply Rplus_le_compat; [apply Rmult_le_compat_r|]; assumption.
+Qed.
+
+Theorem dot_bound_exact_checked :
+  checked_exact ->
+  forall c l, (length l <= k)%nat ->
+  Rabs (udot_exact final n c l - (c + psum l))
+    <= Q2R rel * (Rabs c + pmag fi l) + Q2R abs.
+Proof.
+  intros Hc c l Hl.
+  apply checked_exact_bound; [exact Hc | |].
+  - pose proof (Rabs_pos c); pose proof (Step.pmag_nonneg fi l); lra.
+  - apply dot_bound_exact; auto; lia.
+Qed.
+
+Theorem matmul_bound_exact_checked :
+  checked_exact ->
+  forall (A B C : mat) i j,
+  Rabs (matmul_exact final n A B C k i j - (C i j + psum (row_col A B k i j)))
+    <= Q2R rel * (Rabs (C i j) + pmag fi (row_col A B k i j)) + Q2R abs.
+Proof.
+  intros Hc A B C i j.
+  apply checked_exact_bound; [exact Hc | |].
+  - pose proof (Rabs_pos (C i j)); pose proof (Step.pmag_nonneg fi (row_col A B k i j)); lra.
+  - apply matmul_bound_exact; auto.
+Qed.
 End Checked.
 
 (* a normaliser [g] then a rounding [h]: their errors compose *)
@@ -223,6 +263,10 @@ Lemma round_in_format f (rnd : R -> Z) {V : Valid_rnd rnd} x :
 Proof.
   apply generic_format_round; [unfold fexp; apply FLT_exp_valid; apply f_prec_pos | exact V].
 Qed.
+
+Lemma flush_err_Q f x :
+  Rabs (flush f x - x) <= Q2R 0 * Rabs x + Q2R (two_pow (normal_emin f)).
+Proof. rewrite Q2R_0; unfold two_pow; rewrite <- bpow_Q2R; apply flush_err. Qed.
 
 (* the side conditions of an instance, decided by computation *)
 Ltac check_goal :=

@@ -204,13 +204,24 @@ Proof.
 Qed.
 
 (* The same bounds with |c| in place of pad c (pad c <= |c| + 2^emin_normal(fc)). *)
-Lemma to_abs_c (e s' : R) c l :
+Lemma to_abs_c (e s' d : R) c l :
   0 <= e ->
-  Rabs (step c l - (c + psum l)) <= e * mu c l + s' ->
-  Rabs (step c l - (c + psum l))
+  Rabs (d - (c + psum l)) <= e * mu c l + s' ->
+  Rabs (d - (c + psum l))
     <= e * (Rabs c + pmag l) + (e * bpow radix2 (normal_emin fc) + s').
 Proof.
   intros He H; eapply Rle_trans; [exact H|]; unfold mu.
   pose proof (pad_le fc c); nra.
+Qed.
+
+(* A unit that adds exactly (align_bits = None): only the final operation errs. *)
+Definition step_exact (c : R) (l : list (R * R)) : R := final (c + psum l).
+
+Theorem step_exact_err c l :
+  Rabs (step_exact c l - (c + psum l)) <= u * mu c l + s.
+Proof.
+  unfold step_exact; pose proof (round_err (c + psum l)); pose proof (exact_le_mu c l).
+  assert (u * Rabs (c + psum l) <= u * mu c l) by (apply Rmult_le_compat_l; assumption).
+  lra.
 Qed.
 End Step.

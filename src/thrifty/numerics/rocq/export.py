@@ -127,16 +127,14 @@ Proof. intros x y H; exact (round_monotone {n}_fmt _ x y H). Qed.
 
 def proof_gap(model: UnitModel) -> str | None:
     """Why the library does not prove ``model``'s bound (``None``: it does)."""
-    gaps = [(model.window_bits is None, "exact alignment (align_bits=None)"),
-            (model.shifted_out == "sticky", "a sticky bit"),
+    gaps = [(model.shifted_out == "sticky" and model.window_bits is not None, "a sticky bit"),
             (model.carry_bits is not None, "a carry limit"),
             (not model.c_in_alignment, "c added after the products"),
             (model.interleave, "interleaved halves"),
             (model.addend_last, "c added last"),
             (model.normalize_bits is not None
              and model.normalize_bits >= get_format(model.output).precision,
-             "a normaliser as wide as the output"),
-            (not (model.subnormals_in and model.subnormals_out), "flushed subnormals")]
+             "a normaliser as wide as the output")]
     named = [why for bad, why in gaps if bad]
     return None if not named else "the proof library does not model " + ", ".join(named)
 
@@ -189,45 +187,62 @@ def _check_exportable(model: UnitModel) -> None:
                           "pairs halves, c added last or zero_exp")
 
 
-def u_out(nearest: bool) -> str:
-    """The final rounding's relative error constant, in Coq."""
-    return "two_pow (- f_prec fo)" if nearest else "two_pow (1 - f_prec fo)"
+_POS = "ltac:(apply Q2R_nonneg_check; vm_compute; reflexivity)"
+
+
+def _final_map(model: UnitModel) -> tuple[str, str, str, str, str, str]:
+    """The step's final operation: (definitions, Coq map, u, s, proof of its error bound
+    ``|final x - x| <= u |x| + s``, proof that its results are in the output format)."""
+    rnd = _RND[model.rounding]
+    if model.rounding == "nearest_even":
+        u, s, err = ("two_pow (- f_prec fo)", "two_pow (f_emin fo) / inject_Z 2",
+                     "(round_err_ne_Q fo)")
+    else:
+        u, s, err = "two_pow (1 - f_prec fo)", "two_pow (f_emin fo)", f"(round_err_any_Q fo {rnd})"
+    defs, inner = "", "x"
+    nb = model.normalize_bits
+    if nb is not None:  # a normaliser keeping nb bits toward zero, then the rounding
+        emin_n = get_format(model.output).emin - nb + 1
+        defs = (f"(* the normaliser: {nb} bits, toward zero *)\n"
+                f"Definition fn : fmt := Fmt ({emin_n}) {nb} eq_refl.\n")
+        inner = "(round radix2 (fexp fn) Ztrunc x)"
+        err = (f"(compose_err_Q _ _ (two_pow (1 - f_prec fn)) (two_pow (f_emin fn)) ({u}) "
+               f"({s}) {_POS} (round_err_any_Q fn Ztrunc) {err})")
+        u, s = (f"(1 + two_pow (1 - f_prec fn)) * (1 + {u}) - 1",
+                f"{s} + (1 + {u}) * two_pow (f_emin fn)")
+    final = f"round radix2 (fexp fo) {rnd} {inner}"
+    in_fmt = f"(round_in_format fo {rnd} _)"
+    if not model.subnormals_out:  # results below the smallest normal flushed to zero
+        err = (f"(compose_err_Q _ _ ({u}) ({s}) 0 (two_pow (normal_emin fo)) {_POS} {err} "
+               "(flush_err_Q fo))")
+        u, s = f"(1 + ({u})) * (1 + 0) - 1", f"two_pow (normal_emin fo) + (1 + 0) * ({s})"
+        final, in_fmt = f"flush fo ({final})", f"(flush_format fo fo _ {in_fmt})"
+    return defs, f"fun x => {final}", u, s, err, f"(fun x => {in_fmt})"
 
 
 def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
     """The unit as an instance of the library and its bound theorems, proved."""
     st = step_error_model(model)
     steps = -(-k // model.fma)
-    top = st.truncated_terms == model.fma
+    exact = model.window_bits is None
+    top = st.truncated_terms == model.fma and not exact
     ze = "None" if model.zero_exp is None else f"(Some {_z(model.zero_exp)})"
     if model.zero_exp is not None:  # zeros pad the last block: state it for whole blocks
         k = steps * model.fma
     i, a, o = (_ident(get_format(f).name) for f in (model.input, model.accumulator,
                                                     model.output))
     rnd, al = _RND[model.rounding], _SHIFTED[model.shifted_out]
-    nearest = model.rounding == "nearest_even"
-    u = "two_pow (- f_prec fo)" if nearest else "two_pow (1 - f_prec fo)"
-    s = "two_pow (f_emin fo) / inject_Z 2" if nearest else "two_pow (f_emin fo)"
-    err = "(round_err_ne_Q fo)" if nearest else f"(round_err_any_Q fo {rnd})"
-    nb = model.normalize_bits
-    if nb is None:
-        norm, final = "", f"fun x => round radix2 (fexp fo) {rnd} x"
-    else:  # a normaliser keeping nb bits toward zero, then the final rounding
-        emin_n = get_format(model.output).emin - nb + 1
-        norm = (f"(* the normaliser: {nb} bits, toward zero *)\n"
-                f"Definition fn : fmt := Fmt ({emin_n}) {nb} eq_refl.\n")
-        final = f"fun x => round radix2 (fexp fo) {rnd} (round radix2 (fexp fn) Ztrunc x)"
-        err = (f"(compose_err_Q _ _ (two_pow (1 - f_prec fn)) (two_pow (f_emin fn)) ({u}) "
-               f"({s}) (two_pow_nonneg _) (round_err_any_Q fn Ztrunc) {err})")
-        u = f"(1 + two_pow (1 - f_prec fn)) * (1 + {u}) - 1"
-        s = f"{s} + (1 + {u_out(nearest)}) * two_pow (f_emin fn)"
-    pos = "ltac:(apply Q2R_nonneg_check; vm_compute; reflexivity)"
-    if top:  # c stays in the output format: the final result is in it
-        args = (f"fi fc fo window {ze} {al} unit_final u_q s_q {pos} {pos} {err} "
-                f"(fun x => round_in_format fo {rnd} _) fma steps k")
+    norm, final, u, s, err, in_fmt = _final_map(model)
+    common = f"unit_final u_q s_q {_POS} {_POS} {err}"
+    if exact:
+        args = f"fi fc {common} fma steps k"
+        dot, mm = "udot_exact unit_final", "matmul_exact unit_final"
     else:
-        args = f"fi fc window {ze} {al} unit_final u_q s_q {pos} {pos} {err} fma steps k"
-    which = "top" if top else "all"
+        dot = f"udot fi fc window {ze} {al} unit_final"
+        mm = f"matmul fi fc window {ze} {al} unit_final"
+        args = (f"fi fc fo window {ze} {al} {common} {in_fmt} fma steps k" if top else
+                f"fi fc window {ze} {al} {common} fma steps k")
+    which = "exact" if exact else ("top" if top else "all")
     zero_note = ("" if model.zero_exp is None else
                  f"\n   Zero terms align at 2^{model.zero_exp}: the unit pads the last block "
                  "with zero products, so vectors are stated padded to whole blocks.")
@@ -235,13 +250,18 @@ def _proved_instance(model: UnitModel, k: int, rel: float, ab: float) -> str:
                "in_format fi (snd ab)) l ->\n  " if top else "")
     hyp_mm = ("in_format fo (C i j) ->\n  (forall p, (p < k)%nat -> in_format fi (A i p) "
               "/\\ in_format fi (B p j)) ->\n  " if top else "")
-    return f"""(* ---- unit {model.name}: {model.fma} products per step, window F = \
-{model.window_bits} bits below the largest exponent, shifted-out bits {model.shifted_out} \
-({al}), final rounding {model.rounding} ({rnd}).
+    window = ("exact sums (no window)" if exact else
+              f"window F = {model.window_bits} bits below the largest exponent, shifted-out "
+              f"bits {model.shifted_out} ({al})")
+    flushed = ("" if model.subnormals_in else
+               "\n   The unit flushes subnormal inputs: the theorems speak of inputs that are "
+               "normal or zero.")
+    return f"""(* ---- unit {model.name}: {model.fma} products per step, {window}, final \
+rounding {model.rounding} ({rnd}){'' if model.subnormals_out else ', then flushed to zero'}.
    Source: {model.source or 'user model'}.
    Per step at most {st.truncated_terms} terms lose one window ulp ({'the top term is exact'
    if top else 'every term may'}): eps = {float(st.eps):.6g}, eta = {float(st.eta):.6g};
-   a dot product of length k <= {k} takes S = {steps} steps.{zero_note} ---- *)
+   a dot product of length k <= {k} takes S = {steps} steps.{zero_note}{flushed} ---- *)
 Definition fi : fmt := {i}_fmt.
 Definition fc : fmt := {a}_fmt.
 Definition fo : fmt := {o}_fmt.
@@ -255,10 +275,9 @@ Definition s_q : Q := {s}.
 (* thrifty.numerics.bounds.a_priori_bound(model, {k}): relative {rel!r}, absolute {ab!r} *)
 Definition bound_rel : R := Q2R {_q(Fraction(rel))}.
 Definition bound_abs : R := Q2R {_q(Fraction(ab))}.
-Definition unit_step : R -> list (R * R) -> R := ustep fi fc window {ze} {al} unit_final.
-Definition unit_dot : R -> list (R * R) -> R := udot fi fc window {ze} {al} unit_final fma.
+Definition unit_dot : R -> list (R * R) -> R := {dot} fma.
 Definition unit_matmul : mat -> mat -> mat -> nat -> nat -> nat -> R :=
-  matmul fi fc window {ze} {al} unit_final fma.
+  {mm} fma.
 
 (* |c + sum a_i b_i computed - exact| <= bound_rel (|c| + sum pad a_i pad b_i) + bound_abs *)
 Theorem dot_a_priori_bound : forall c l,
