@@ -58,6 +58,17 @@ def test_proved_export_states_pythons_bound(name, fin, fout, k) -> None:
     assert admitted_count(text) == 0 and "Admitted: 0." in text
 
 
+@pytest.mark.parametrize(("name", "fin", "fout", "instruction"), [
+    ("h100", "e4m3", "fp32", "wgmma"), ("b200", "fp4_e2m1", "fp16", "tcgen05.mma"),
+    ("cdna1", "fp16", "fp32", None), ("cdna2", "bf16", "fp32", None),
+    ("l40s", "e5m2", "fp32", None), ("a2", "tf32", "fp32", None)])
+def test_presets_the_library_models(name, fin, fout, instruction) -> None:
+    model = preset(name, fin, fout, instruction=instruction)
+    assert proof_gap(model) is None
+    text = export_unit(model, k=48)
+    assert admitted_count(text) == 0 and "Theorem matmul_a_priori_bound" in text
+
+
 def test_statement_only_export_counts_its_admitted() -> None:
     model = preset("cdna3", "bf16", "fp32")
     assert "c added after the products" in (proof_gap(model) or "")
@@ -134,9 +145,11 @@ def test_library_compiles_without_admitted() -> None:
 
 @needs_coqc
 @pytest.mark.parametrize(("name", "fin", "fout", "k"), [("h100", "bf16", "fp32", 1024),
-                                                        ("h100", "e5m2", "fp32", 100)])
+                                                        ("h100", "e5m2", "fp32", 100),
+                                                        ("amx", "bf16", "fp32", 64)])
 def test_coqc_proves_the_exported_bound(name, fin, fout, k) -> None:
-    # h100 e5m2 through wgmma: a normaliser, zero terms at e_zero, fma + 1 lossy terms
+    # h100 e5m2 through wgmma: a normaliser, zero terms at e_zero, fma + 1 lossy terms;
+    # amx: exact sums, rounding to nearest, results flushed to zero
     model = preset(name, fin, fout, instruction="wgmma" if fin == "e5m2" else None)
     text = export_unit(model, k=k)
     ok, messages = check_with_coqc(text)

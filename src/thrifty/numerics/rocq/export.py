@@ -10,14 +10,14 @@ Coq's reals in the terms of Flocq (Boldo and Melquiond, ARITH 2011):
   finite value, saturation and rounding, and those facts *proved*;
 * for a unit whose step the library models (:func:`proof_gap` is ``None``: products
   exact, every term aligned to the largest exponent (at least ``zero_exp`` when a term is
-  zero) and kept to ``F`` fraction bits by truncation or rounding down, one final rounding
-  of any mode, after a normaliser (toward zero) if the unit has one; no interleaving,
-  late addend, carry limit or flushing), the unit's dot
-  product of length ``k`` and its matrix product as instances of the library's
-  definitions, and the bound :func:`thrifty.numerics.bounds.a_priori_bound` reports as
-  two theorems, ``dot_a_priori_bound`` and ``matmul_a_priori_bound``, proved: the
-  library proves ``((1+eps)^S - 1) mu + S eta (1+eps)^S`` and the file checks, by exact
-  rational computation, that the numbers thrifty reports are at least that;
+  zero) and kept to ``F`` fraction bits by truncation or rounding down, or an exact sum;
+  then a normaliser (toward zero) if the unit has one, one final rounding of any mode,
+  and flushing to zero if the unit flushes; no interleaving, late addend or carry
+  limit), the unit's dot product of length ``k`` and its matrix product as instances of
+  the library's definitions, and the bound :func:`thrifty.numerics.bounds.a_priori_bound`
+  reports as two theorems, ``dot_a_priori_bound`` and ``matmul_a_priori_bound``, proved:
+  the library proves ``((1+eps)^S - 1) mu + S eta (1+eps)^S`` and the file checks, by
+  exact rational computation, that the numbers thrifty reports are at least that;
 * for other units, the step as a function on reals and the bound as a statement left
   ``Admitted`` (a specification, not a proof), with the reason in the header.
 
