@@ -179,27 +179,44 @@ def bound_cmd(unit_name: str, fin: str, fout: str, k: int, instruction: str | No
 @_UNIT
 @click.option("--input", "fin", default="bf16", show_default=True, help="Input format.")
 @_OUTPUT
+@_INSTR
 @click.option("--k", "k", default=64, show_default=True, type=int,
-              help="Dot-product length of the bound lemma.")
+              help="Dot-product length of the bound theorems.")
 @click.option("-o", "--out", "out", default=None, type=click.Path(path_type=Path),
               help="Write the .v file here (default: stdout).")
-@click.option("--check", is_flag=True, help="Typecheck the file with coqc.")
-def export_rocq(unit_name: str, fin: str, fout: str, k: int, out: Path | None,
-                check: bool) -> None:
-    """Write a Rocq/Coq file: formats (Flocq), the unit as a function on reals, its bound."""
-    from thrifty.numerics.rocq import check_with_coqc, export_unit
+@click.option("--library", "library", default=None, type=click.Path(path_type=Path),
+              help="Also write thrifty's proof library (the .v files the export "
+                   "requires) into this folder.")
+@click.option("--check", is_flag=True,
+              help="Compile the file with coqc against the library; report the Admitted "
+                   "count and the axioms of the bound theorems.")
+def export_rocq(unit_name: str, fin: str, fout: str, instruction: str | None, k: int,
+                out: Path | None, library: Path | None, check: bool) -> None:
+    """Write a Rocq/Coq file: formats (Flocq), the unit's dot and matrix products, their
+    a priori bounds (proved where thrifty's proof library models the unit)."""
+    from thrifty.numerics.rocq import (
+        admitted_count,
+        assumptions,
+        check_with_coqc,
+        export_unit,
+        write_library,
+    )
     from thrifty.numerics.units import preset
     try:
-        text = export_unit(preset(unit_name, fin, fout), k=k)
+        text = export_unit(preset(unit_name, fin, fout, instruction=instruction), k=k)
         if out is None:
             click.echo(text)
         else:
             out.write_text(text)
+        if library is not None:
+            write_library(library)
         if check:
             ok, messages = check_with_coqc(text)
             if not ok:
                 raise click.ClickException(f"coqc rejected the file:\n{messages}")
-            click.echo("coqc: ok", err=True)
+            axioms = sorted(set().union(*assumptions(messages)))
+            click.echo(f"coqc: ok; Admitted: {admitted_count(text)}; axioms: "
+                       f"{', '.join(axioms) or 'none'}", err=True)
     except ThriftyError as e:
         raise _fail(e) from None
 

@@ -145,7 +145,7 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     ``addend_last`` the final addition of ``c`` (correctly rounded to nearest) counts as one
     more such step (its error, at most half an ulp, is below the step's). With ``zero_exp``
     a zero term may set the alignment: its truncations add at most ``2^(zero_exp - F)``
-    each, absolutely (in ``eta``).
+    each, absolutely, before the final rounding (``(1 + delta)`` times that in ``eta``).
 
     Raises
     ------
@@ -184,7 +184,7 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
             raise FormatError(f"unit {model.name!r}: {model.carry_bits} carry bits cannot hold "
                               f"the sum of {n_prod + 1} terms; no finite bound (carries "
                               f"are lost); use carry_bits >= {math.ceil(math.log2(n_prod + 1))}")
-    delta = _rounding_unit(model.rounding, fout.precision)
+    delta = delta_out = _rounding_unit(model.rounding, fout.precision)
     if model.normalize_bits is not None and model.normalize_bits < fout.precision:
         delta = (1 + _pow2(1 - model.normalize_bits)) * (1 + delta) - 1
         notes.append(f"normaliser keeps {model.normalize_bits} bits")
@@ -193,13 +193,13 @@ def step_error_model(model: UnitModel) -> StepErrorModel:
     # exponent clamp; flushed inputs are outside the a priori bound (see detail)
     spacing = _pow2(fout.emin - fout.precision + 1)
     eta = spacing if model.rounding != "nearest_even" else spacing / 2
-    if model.normalize_bits is not None:
-        eta += _pow2(fout.emin - model.normalize_bits + 1)
+    if model.normalize_bits is not None:  # the normaliser's spacing, rounded once more
+        eta += (1 + delta_out) * _pow2(fout.emin - model.normalize_bits + 1)
     if not model.subnormals_out:
         eta += _pow2(fout.emin)
     eta += eps * _pow2(facc.emin)
-    if model.zero_exp is not None and F is not None:
-        eta += (model.fma + 1) * _pow2(model.zero_exp - F)
+    if model.zero_exp is not None and F is not None:  # dropped before the final rounding
+        eta += (1 + delta) * (model.fma + 1) * _pow2(model.zero_exp - F)
         notes.append(f"zero terms align at 2^{model.zero_exp}")
     if not model.subnormals_in:
         notes.append("inputs assumed normal or zero (the unit flushes subnormal inputs)")
@@ -340,7 +340,11 @@ def probabilistic_bound(model: UnitModel, k: int, failure: float = 1e-6) -> Erro
 def dot_magnitude(model: UnitModel, a: np.ndarray, b: np.ndarray, c: np.ndarray) -> np.ndarray:
     """``|c| + sum |a_i b_i|`` with inputs below the smallest normal counted as ``2^emin``.
 
-    Computed in float64 and rounded upward by a relative ``2^-50`` (a safe over-estimate).
+    Computed in float64, then scaled up by ``1 + 2^-50 + (n + 4) 2^-52`` for ``n`` terms:
+    each float64 product and addition of nonnegative terms loses at most a relative
+    ``2^-53``, so the result is at least the exact magnitude (the quantity the proved
+    Rocq theorems multiply; a constant ``1 + 2^-50`` alone is not enough from a few
+    dozen terms on).
     """
     fin = get_format(model.input)
     tiny = math.ldexp(1.0, fin.emin)
@@ -350,7 +354,8 @@ def dot_magnitude(model: UnitModel, a: np.ndarray, b: np.ndarray, c: np.ndarray)
     C = np.abs(np.asarray(c, float))
     C = np.where(C == 0, 0.0, np.maximum(C, math.ldexp(1.0, get_format(model.accumulator).emin)))
     mu = C + (A * B).sum(axis=-1)
-    return mu * (1 + 2.0**-50)
+    n = A.shape[-1] + 1 if A.ndim else 2
+    return mu * (1 + 2.0**-50 + (n + 4) * 2.0**-52)
 
 
 def exact_dot(a: np.ndarray, b: np.ndarray, c: float) -> Fraction:
