@@ -101,6 +101,56 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
     return -1
 
 
+# SpMM kernels for common widths, with the width a compile-time constant: LLVM then
+# vectorises the row update without aliasing checks or a remainder loop, and nonzeros are
+# taken in pairs at every width (CPU time against the kernel above, k = 8 / 16 / 32, three
+# matrices, one thread: 1.0-2.5x / 1.0-1.3x / 1.0-1.25x). Compiled on first use of a width
+# (numba cannot cache generated code on disk).
+_FIXED_WIDTHS = frozenset({4, 8, 16, 32, 64, 128, 256})
+_FIXED_SRC = """
+def spmm_fixed(indptr, indices, data, X, out, r0, r1):
+    n_cols = X.shape[0]
+    if r1 < r0 or indptr.shape[0] <= r1 or r0 < 0 or data.shape[0] < indices.shape[0]:
+        return max(r0, 0)
+    for i in range(r0, r1):
+        if _bad_row(indptr, indices, n_cols, i):
+            return i
+        o = out[i - r0]
+        for c in range({k}):
+            o[c] = 0
+        p, hi = indptr[i], indptr[i + 1]
+        while p + 1 < hi:
+            a0, a1 = data[p], data[p + 1]
+            x0, x1 = X[indices[p]], X[indices[p + 1]]
+            for c in range({k}):
+                o[c] += a0 * x0[c] + a1 * x1[c]
+            p += 2
+        if p < hi:
+            a = data[p]
+            x = X[indices[p]]
+            for c in range({k}):
+                o[c] += a * x[c]
+    return -1
+"""
+_FIXED: dict[int, Any] = {}
+_FIXED_LOCK = threading.Lock()
+
+
+def _spmm_kernel(k: int) -> Any:
+    """The SpMM kernel for ``k`` columns: a fixed-width one for common widths."""
+    if k not in _FIXED_WIDTHS:
+        return _spmm
+    fn = _FIXED.get(k)
+    if fn is None:
+        with _FIXED_LOCK:
+            fn = _FIXED.get(k)
+            if fn is None:
+                ns: dict[str, Any] = {"np": np, "_bad_row": _bad_row}
+                exec(compile(_FIXED_SRC.format(k=k), f"<thrifty spmm k={k}>", "exec"), ns)
+                fn = _FIXED[k] = numba.njit(nogil=True, fastmath=False)(ns["spmm_fixed"])
+    return fn
+
+
 @_jit
 def _same(a, b):  # pragma: no cover - compiled
     # chunks of an OR of differences, with an exit after a differing chunk; unsigned loop
@@ -163,15 +213,17 @@ def _spmv(indptr, indices, data, x, out, r0, r1):  # pragma: no cover - compiled
     n_ind = np.uint64(min(indices.shape[0], data.shape[0]))
     n_cols = x.shape[0]
     if r1 < r0 or indptr.shape[0] <= r1 or r0 < 0:
-        return max(r0, 0)
+        return np.int64(max(r0, 0))
     a, e = np.uint64(r0), np.uint64(r1)
     base = np.uint64(r0)
     while a < e:
         b = min(a + np.uint64(128), e)
-        if not _indptr_ok(indptr, n_ind, a, b):
-            return a
-        if not _cols_below(indices, np.uint64(indptr[a]), np.uint64(indptr[b]), n_cols):
-            return a
+        if not (_indptr_ok(indptr, n_ind, a, b) and
+                _cols_below(indices, np.uint64(indptr[a]), np.uint64(indptr[b]), n_cols)):
+            for i in range(a, b):  # the first bad row of the chunk, for the message
+                if _bad_row(indptr, indices, n_cols, i):
+                    return np.int64(i)
+            return np.int64(a)
         for i in range(a, b):
             out[i - base] = 0
             s = out[i - base]
@@ -187,7 +239,8 @@ def _indices_in_range(indptr, indices, n_cols, r0, r1):  # pragma: no cover - co
     # rows r0..r1's index pointers non-decreasing within the index array, and their column
     # indices in 0..n_cols-1 (a pass at memory speed over 4 or 8 bytes per stored entry)
     if r1 <= r0 or r0 < 0 or indptr.shape[0] <= r1:
-        return r1 == r0 and 0 <= r0 < indptr.shape[0]
+        return r1 == r0 and 0 <= r0 < indptr.shape[0] and \
+            np.uint64(indptr[r0]) <= np.uint64(indices.shape[0])
     if not _indptr_ok(indptr, np.uint64(indices.shape[0]), r0, r1):
         return False
     return _cols_below(indices, np.uint64(indptr[r0]), np.uint64(indptr[r1]), n_cols)
@@ -280,7 +333,11 @@ def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.n
     index pointers or column indices lie outside the arrays (checked in the same pass).
     Example: see the module docstring.
     """
-    _raise_bad_row(_spmm(indptr, indices, data, X, out, r0, r1), X.shape[0])
+    k = X.shape[1]
+    if out.shape[1] != k or out.shape[0] < r1 - r0:
+        raise ValueError(f"out has shape {out.shape}; rows {r0}..{r1 - 1} of A @ X need "
+                         f"({r1 - r0}, {k})")
+    _raise_bad_row(_spmm_kernel(k)(indptr, indices, data, X, out, r0, r1), X.shape[0])
 
 
 def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,

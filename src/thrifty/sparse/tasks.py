@@ -16,6 +16,7 @@ import numpy as np
 import scipy.sparse as sp
 from scipy.sparse import _sparsetools as _st  # scipy's CSR kernels, without its dispatch
 
+from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
 
@@ -91,6 +92,18 @@ def _matvec_ok(A: Any, x: np.ndarray, dt: np.dtype) -> bool:  # type: ignore[typ
         A.data.shape[0] >= A.indices.shape[0]
 
 
+def _readable(A: Any) -> None:
+    """Raise :class:`~thrifty.errors.PatternError` unless scipy may read CSR ``A``: as many
+    values as indices, index pointers and column indices in range."""
+    if sp.issparse(A) and A.format == "csr":
+        if A.data.shape[0] < A.indices.shape[0]:
+            raise PatternError(f"the sparse operand has {A.data.shape[0]} values for "
+                               f"{A.indices.shape[0]} column indices: its arrays were "
+                               "changed after the plan inspected them, or are malformed; "
+                               "specialize again for the new pattern")
+        K.check_indices(A.indptr, A.indices, A.shape[1], 0, A.shape[0])
+
+
 class SpmvPanel:
     """Rows ``[r0, r1)`` of ``A @ x``, written into the shared output: scipy's CSR kernel on
     views of the whole matrix's arrays (no copy; it releases the GIL) after a vectorised
@@ -115,6 +128,7 @@ class SpmvPanel:
         if self.dtype in NUMBA_DTYPES and A.data.dtype == self.dtype == x.dtype:
             K.spmv_rows(A.indptr, A.indices, A.data, x, o, r0, r1)
             return o
+        _readable(A)
         p0, p1 = A.indptr[r0], A.indptr[r1]
         sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
                            shape=(r1 - r0, A.shape[1]), copy=False)
@@ -157,6 +171,7 @@ class SpmvWhole:
                 out.fill(0)
             _st.csr_matvec(n, m, indptr, indices, A.data, x, out)
             return out
+        _readable(A)  # scipy's own product does not check either
         return np.asarray(A @ x).astype(dt, copy=False)
 
     def __reduce__(self) -> tuple[Any, ...]:  # a task sent to a worker: no pool
