@@ -92,6 +92,9 @@ def _matvec_ok(A: Any, x: np.ndarray, dt: np.dtype) -> bool:  # type: ignore[typ
         A.data.shape[0] >= A.indices.shape[0]
 
 
+_indices_ok = K.indices_ok
+
+
 def _readable(A: Any) -> None:
     """Raise :class:`~thrifty.errors.PatternError` unless scipy may read CSR ``A``: as many
     values as indices, index pointers and column indices in range."""
@@ -149,19 +152,22 @@ class SpmvWhole:
         self.dtype = dtype
         self.np_dtype = np.dtype(dtype)  # compared on every call: a dtype, not its name
         self.pool: K.BufferPool | None = None
+        self.pool_rows = -(-K.POOL_MIN_BYTES // self.np_dtype.itemsize)
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
         dt = self.np_dtype
         if type(x) is not np.ndarray:
             x = np.asarray(x)
-        if _matvec_ok(A, x, dt):
-            n, m = A.shape
-            indptr, indices = A.indptr, A.indices
+        n, m = A.shape
+        indptr, indices, data = A.indptr, A.indices, A.data
+        # _matvec_ok, inline (this is the per-call path of every one-task SpMV plan)
+        if data.dtype == dt and x.dtype == dt and x.ndim == 1 and x.shape[0] == m and \
+                indptr.dtype == indices.dtype and data.shape[0] >= indices.shape[0]:
             # scipy's kernel reads without checks: the index arrays may have changed since
             # inspection (a PatternError, never an out-of-bounds read)
-            if not K.indices_ok(indptr, indices, m, 0, n):
+            if not _indices_ok(indptr, indices, m, 0, n):
                 K.check_indices(indptr, indices, m, 0, n)  # raises, naming the problem
-            if n * dt.itemsize < K.POOL_MIN_BYTES:
+            if n < self.pool_rows:
                 out = np.zeros(n, dtype=dt)
             else:
                 pool = self.pool
@@ -169,7 +175,7 @@ class SpmvWhole:
                     pool = self.pool = K.BufferPool((n,), dt)
                 out = pool.empty()
                 out.fill(0)
-            _st.csr_matvec(n, m, indptr, indices, A.data, x, out)
+            _st.csr_matvec(n, m, indptr, indices, data, x, out)
             return out
         _readable(A)  # scipy's own product does not check either
         return np.asarray(A @ x).astype(dt, copy=False)
