@@ -65,14 +65,14 @@ class RunnablePlan(SparsePlan):
         self._direct = single if single is not None and not self._use_dask and \
             all(r < len(self._names) for r in single[1]) else None
         # ... and when it reads every input once, in order, and returns the one output
-        self._fast = single[0] if self._direct is not None and self.structure is None and \
-            single[1] == tuple(range(len(self._names))) else None
+        direct = self._direct
+        self._fast = direct[0] if direct is not None and self.structure is None and \
+            direct[1] == tuple(range(len(self._names))) else None
         return self
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if args:
-            names = list(self.inputs)
-            kwargs = {**dict(zip(names, args)), **kwargs}
+            kwargs = {**dict(zip(self.inputs, args)), **kwargs}
         fast = self._fast
         if fast is not None and len(kwargs) == len(self._names):
             # the per-call path of a one-kernel plan: each input checked by its spec, the
