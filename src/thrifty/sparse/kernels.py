@@ -103,9 +103,9 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
 
 # SpMM kernels for common widths, with the width a compile-time constant: LLVM then
 # vectorises the row update without aliasing checks or a remainder loop, and nonzeros are
-# taken in pairs at every width (CPU time against the kernel above, k = 8 / 16 / 32, three
-# matrices, one thread: 1.0-2.5x / 1.0-1.3x / 1.0-1.25x). Compiled on first use of a width
-# (numba cannot cache generated code on disk).
+# taken in pairs at every width (CPU time against the kernel above, one thread, three
+# matrices: k = 8 1.2-1.75x, k = 16 0.92-1.25x, k = 32 0.96-1.15x). Compiled on first use
+# of a width (numba cannot cache generated code on disk).
 _FIXED_WIDTHS = frozenset({4, 8, 16, 32, 64, 128, 256})
 _FIXED_SRC = """
 def spmm_fixed(indptr, indices, data, X, out, r0, r1):
