@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import os
 import platform
 import statistics
@@ -67,21 +68,31 @@ def triad_fn(n: int = TRIAD_N) -> Callable[[], None]:
 
 
 def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int, seed: int = 0,
-                      min_sample: float = 5e-3) -> dict[str, float]:
+                      min_sample: float = 5e-3, budget: float = math.inf,
+                      warmed: dict[str, float] | None = None) -> dict[str, float]:
     """Median time per call of each function over ``repeat`` rounds, each round in a new
     (seeded) random order, so that a fluctuating load and a peer whose threads keep
     spinning after it returns hit every implementation alike. Calls faster than
-    ``min_sample`` are repeated back to back within a sample (count set at the warm-up)."""
+    ``min_sample`` are repeated back to back within a sample (count set at the warm-up).
+    Rounds are cut (to no fewer than 3) where the warm-up says that ``repeat`` of them
+    would take more than ``budget`` seconds: every implementation is still timed.
+    ``warmed`` gives the time of a call already made (a slow peer is not called again to
+    warm it up)."""
     inner: dict[str, int] = {}
+    round_s = 0.0
     for k, f in fns.items():
-        t0 = time.perf_counter()
-        f()
-        warm = time.perf_counter() - t0
+        warm = (warmed or {}).get(k, 0.0)
+        if warm < min_sample:
+            t0 = time.perf_counter()
+            f()
+            warm = time.perf_counter() - t0
         if warm < min_sample:
             t0 = time.perf_counter()
             f()
             warm = min(warm, time.perf_counter() - t0)
         inner[k] = max(1, min(2000, int(min_sample / max(warm, 1e-7))))
+        round_s += inner[k] * warm
+    repeat = max(min(3, repeat), min(repeat, int(budget / max(round_s, 1e-9))))
     ts: dict[str, list[float]] = {k: [] for k in fns}
     keys = list(fns)
     rng = np.random.default_rng(seed)
@@ -259,7 +270,8 @@ def _cases(kernels: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
 
 
 def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
-               threads: int, triad: Callable[[], None]) -> dict[str, Any] | None:
+               threads: int, triad: Callable[[], None],
+               budget: float = math.inf) -> dict[str, Any] | None:
     """One row: the plan, its peers (and the triad for SpMV/SpMM) in shuffled rounds."""
     from thrifty.runtime.sparse_run import specialize
     from thrifty.sparse.cost import CostModel
@@ -275,10 +287,11 @@ def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
     plan = specialize(tr.graph, inp, structure=tr.structure, cost=cost)
     inspect = time.perf_counter() - t0
     product = kernel in ("spmv", "spmm")
+    warmed: dict[str, float] = {}
     if product:
         X = inp["x" if kernel == "spmv" else "X"]
         peers = product_peers(A, X)
-        ok = check_peers(peers, np.asarray(plan.run(inp)))
+        ok = check_peers(peers, np.asarray(plan.run(inp)), warmed)
         wrong = [p for p, good in ok.items() if not good]
         peers = {p: f for p, f in peers.items() if ok[p]}
     else:
@@ -286,7 +299,7 @@ def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
     fns = {"thrifty": lambda: plan.run(inp), **peers}
     if product:
         fns["triad"] = triad
-    t = interleaved_times(fns, repeat)
+    t = interleaved_times(fns, repeat, budget=budget, warmed=warmed)
     ours = t.pop("thrifty")
     rep = plan.report()
     row: dict[str, Any] = {
@@ -314,12 +327,19 @@ def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
     return row
 
 
+#: Seconds of timed rounds per case at most (the rounds are cut, never the peers): what
+#: keeps ``--full`` to about 20 minutes on the 2-core development machine.
+CASE_BUDGET = 20.0
+
+
 def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks: Sequence[int],
-        repeat: int, threads: int, progress: Callable[[str], None] = print) -> dict[str, Any]:
+        repeat: int, threads: int, progress: Callable[[str], None] = print,
+        budget: float = CASE_BUDGET) -> dict[str, Any]:
     """The whole benchmark as one JSON-able dict."""
     thread_report = set_threads(threads)
     triad = triad_fn()
     rows = []
+    t_start = time.perf_counter()
     for name in instances or instance_names(full):
         A = load(name)
         for kernel, k in _cases(kernels, ks):
@@ -327,10 +347,13 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
                 continue
             if kernel == "spmm" and max(A.shape) * k > (7e7 if full else 2e7):
                 continue  # the dense operands of every peer must fit beside the others'
-            progress(f"{name} {kernel} k={k}")
-            row = bench_case(name, A, kernel, k, repeat, threads, triad)
+            progress(f"[{time.perf_counter() - t_start:7.1f} s] {name} {kernel} k={k}")
+            t0 = time.perf_counter()
+            row = bench_case(name, A, kernel, k, repeat, threads, triad, budget)
             if row is not None:
+                row["bench_seconds"] = time.perf_counter() - t0
                 rows.append(row)
+    progress(f"[{time.perf_counter() - t_start:7.1f} s] done")
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "machine": {"platform": platform.platform(), "processor": platform.processor() or
@@ -415,12 +438,16 @@ def _f(x: float | None) -> str:
               help="Shuffled rounds (the median is reported).")
 @click.option("--threads", type=click.IntRange(1), default=min(2, os.cpu_count() or 1),
               show_default=True)
+@click.option("--case-budget", type=click.FloatRange(0, min_open=True), default=CASE_BUDGET,
+              show_default=True, help="Seconds of timed rounds per case at most (fewer "
+              "rounds, no fewer than 3, for cases whose calls are slow; never fewer peers).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None)
 def main(full: bool, kernels: tuple[str, ...], instances: tuple[str, ...], ks: tuple[int, ...],
-         repeat: int, threads: int, out: str | None) -> None:
+         repeat: int, threads: int, case_budget: float, out: str | None) -> None:
     """Benchmark thrifty's plans against scipy, MKL, torch, graphblas, pydata, dense."""
     result = run(full, kernels or (KERNELS if full else ("spmv", "spmm")), instances or None,
-                 ks or ((16, 64, 256) if full else (64,)), repeat, threads)
+                 ks or ((16, 64, 256) if full else (64,)), repeat, threads,
+                 budget=case_budget)
     path = Path(out) if out else Path(__file__).resolve().parent / "results" / (
         "sparse_bench_full.json" if full else "sparse_bench.json")
     path.parent.mkdir(parents=True, exist_ok=True)

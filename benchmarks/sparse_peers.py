@@ -164,12 +164,17 @@ def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray) -> dict[str, Callab
     return out
 
 
-def check_peers(fns: dict[str, Callable[[], Any]], ref: np.ndarray) -> dict[str, bool]:
+def check_peers(fns: dict[str, Callable[[], Any]], ref: np.ndarray,
+                seconds: dict[str, float] | None = None) -> dict[str, bool]:
     """Whether each peer's result equals ``ref`` (to rounding): a peer that computed
-    something else is not timed."""
+    something else is not timed. The time of each peer's call goes into ``seconds`` when
+    given (the benchmark's warm-up of that peer)."""
     ok = {}
     for k, f in fns.items():
+        t0 = time.perf_counter()
         r = f()
+        if seconds is not None:
+            seconds[k] = time.perf_counter() - t0
         mod = type(r).__module__.split(".")[0]
         if mod == "torch":
             r = r.numpy()

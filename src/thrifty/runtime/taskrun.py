@@ -123,8 +123,12 @@ class CompiledGraph:
         try:
             work()
         finally:
+            # a helper that has not started yet is not waited for: on a loaded machine the
+            # wake-up of a pooled thread can take a scheduler time slice (milliseconds),
+            # longer than the tasks the calling thread has meanwhile run itself
             for f in futures:
-                f.result()
+                if not f.cancel():
+                    f.result()
 
 
 def run_taskgraph(tg: TaskGraph, feed: Mapping[Any, Any], keys: Sequence[Any],
