@@ -52,7 +52,7 @@ import scipy.sparse as sp
 
 from thrifty.errors import ThriftyError
 from thrifty.graph.taskgraph import TaskGraph
-from thrifty.sparse.tasks import SpmmPanel, SpmvPanel
+from thrifty.sparse.tasks import SpmmPanel, SpmvPanel, SpmvWhole, assemble_dense
 
 if TYPE_CHECKING:
     from thrifty.runtime.sparse_run import RunnablePlan
@@ -93,7 +93,7 @@ class _Panel:
     """A row-panel task moved to the worker holding its rows."""
 
     tid: Hashable
-    matrix: str          # the input buffer of the sparse matrix
+    matrix: Hashable     # the input buffer of the sparse matrix
     rows: tuple[int, int]
     fn: Any              # rebased: writes rows from 0
     operand: Hashable    # the dense operand's buffer
@@ -101,30 +101,55 @@ class _Panel:
     dtype: str
 
 
-def _panels(tg: TaskGraph, feed_keys: Sequence[Hashable]) -> dict[Hashable, _Panel]:
-    """The tasks of ``tg`` that run on the rows of one input matrix only, by task id.
+def _split(indptr: np.ndarray | None, n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous row ranges of ``n`` rows, balanced by nonzeros when the
+    pattern's ``indptr`` is known (else by rows)."""
+    parts = max(1, min(parts, n))
+    if indptr is None or indptr[-1] == 0:
+        cuts = np.linspace(0, n, parts + 1).astype(int)
+    else:
+        goal = np.linspace(0, indptr[-1], parts + 1)
+        cuts = np.searchsorted(indptr, goal).clip(0, n)
+        cuts[0], cuts[-1] = 0, n
+    cuts = np.unique(cuts)
+    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
-    A panel task reads ``(alloc, matrix, operand)``: its output rows come from an ``alloc``
-    task, its matrix is an input that no other kind of task reads (it is never needed
-    whole), and its callable can be rebased (:func:`_rebased`)."""
-    inputs = set(feed_keys)
+
+def _moved(tg: TaskGraph, specs: Mapping[Hashable, Any], parts: int
+           ) -> dict[Hashable, list[_Panel]]:
+    """The tasks of ``tg`` that run on rows of one input matrix only: the panels each
+    becomes, by task id.
+
+    A row-panel task reads ``(alloc, matrix, operand)`` (its output rows come from an
+    ``alloc`` task) and stays one panel; a whole SpMV (``spmv_scipy``) becomes ``parts``
+    panels balanced by nonzeros. The matrix must be an input (``specs``: its spec by
+    buffer) that no other kind of task reads (it is never needed whole), and the callable
+    one this module can rebase (:func:`_rebased`)."""
     writer = {t.writes[0]: t for t in tg.tasks.values()}
-    found: dict[Hashable, _Panel] = {}
+    found: dict[Hashable, list[_Panel]] = {}
     for tid in tg.order:
         t = tg.tasks[tid]
+        if type(t.fn) is SpmvWhole and len(t.reads) == 2 and t.reads[0] in specs:
+            spec = specs[t.reads[0]]
+            found[tid] = [_Panel(f"{tid}.{i}", t.reads[0], r,
+                                 SpmvPanel(0, r[1] - r[0], t.fn.dtype), t.reads[1], (),
+                                 t.fn.dtype)
+                          for i, r in enumerate(_split(getattr(spec, "indptr", None),
+                                                       spec.shape[0], parts))]
+            continue
         if len(t.reads) != 3 or "rows" not in (t.attrs or {}):
             continue
         alloc, matrix, operand = t.reads
         src = writer.get(alloc)
         fn = _rebased(t.fn)
-        if fn is None or matrix not in inputs or src is None or src.kernel != "alloc":
+        if fn is None or matrix not in specs or src is None or src.kernel != "alloc":
             continue
         r0, r1 = t.attrs["rows"]
-        found[tid] = _Panel(tid, matrix, (int(r0), int(r1)), fn, operand,
-                            tuple(src.attrs["shape"][1:]), str(src.attrs["dtype"]))
-    moved = {p.matrix for p in found.values()}
+        found[tid] = [_Panel(tid, matrix, (int(r0), int(r1)), fn, operand,
+                             tuple(src.attrs["shape"][1:]), str(src.attrs["dtype"]))]
+    moved = {p.matrix for ps in found.values() for p in ps}
     whole = {r for tid, t in tg.tasks.items() if tid not in found for r in t.reads}
-    return {tid: p for tid, p in found.items() if p.matrix in moved - whole}
+    return {tid: ps for tid, ps in found.items() if ps[0].matrix in moved - whole}
 
 
 def _place(A: Any, ranges: Sequence[tuple[int, int]], workers: Sequence[str]
@@ -206,14 +231,19 @@ class DistributedPlan:
         self.client = client
         self.attempts = int(attempts)
         tg = plan.taskgraph
-        self._panels = _panels(tg, plan.feed_keys)
-        moved_allocs = {tg.tasks[t].reads[0] for t in self._panels}
-        readers = {r for tid, t in tg.tasks.items() if tid not in self._panels
+        specs = {plan.input_buffer(n): s for n, s in plan.inputs.items() if s.sparse}
+        threads = sum(w.get("nthreads", 1) for w in
+                      client.scheduler_info()["workers"].values())
+        self._moved = _moved(tg, specs, max(1, threads))
+        self._joined = {tid for tid in self._moved if len(tg.tasks[tid].reads) == 2}
+        moved_allocs = {tg.tasks[t].reads[0] for t in self._moved if t not in self._joined}
+        readers = {r for tid, t in tg.tasks.items() if tid not in self._moved
                    for r in t.reads}
         self._skip = {b for b in moved_allocs if b not in readers}
-        self._broadcast = {p.operand for p in self._panels.values()}
-        self._ranges: dict[str, list[tuple[int, int]]] = {}
-        for p in self._panels.values():
+        panels = [p for ps in self._moved.values() for p in ps]
+        self._broadcast = {p.operand for p in panels}
+        self._ranges: dict[Hashable, list[tuple[int, int]]] = {}
+        for p in panels:
             self._ranges.setdefault(p.matrix, []).append(p.rows)
         self._sent: dict[Hashable, _Sent] = {}
         self.timings: dict[str, float] = {}
@@ -230,7 +260,7 @@ class DistributedPlan:
     def _send(self, buf: Hashable, value: Any) -> _Sent:
         """Scatter one input (whole, broadcast, or as placed row pieces)."""
         sent = _Sent(value, _stamp(value))
-        ranges = self._ranges.get(buf)  # type: ignore[call-overload]
+        ranges = self._ranges.get(buf)
         if ranges is None:
             sent.whole = self.client.scatter(value, hash=False,
                                              broadcast=buf in self._broadcast)
@@ -271,6 +301,19 @@ class DistributedPlan:
         feed = {self.plan.input_buffer(n): specs[n].check(v) for n, v in inputs.items()}
         return self._ensure(feed)
 
+    def placement(self) -> dict[str, dict[str, list[tuple[int, int]]]]:
+        """Where the row pieces of each matrix sent by rows are: ``{input: {worker:
+        [(r0, r1), ...]}}`` (inputs sent whole or broadcast are not listed)."""
+        names = {self.plan.input_buffer(n): n for n in self.plan.inputs}
+        out: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        for buf, sent in self._sent.items():
+            if sent.pieces and buf in names:
+                by: dict[str, list[tuple[int, int]]] = {}
+                for r, (_, w) in sorted(sent.pieces.items()):
+                    by.setdefault(w, []).append(r)
+                out[names[buf]] = by
+        return out
+
     def forget(self) -> None:
         """Release every scattered input (the next run sends them again)."""
         for sent in self._sent.values():
@@ -279,10 +322,10 @@ class DistributedPlan:
 
     # -- running -----------------------------------------------------------------------
 
-    def _submit(self, feed_keys: Sequence[Hashable]) -> tuple[dict[Hashable, Any],
-                                                             dict[Hashable, Any]]:
-        """Submit the plan's tasks; the futures by buffer, and the output buffers joined
-        here (by the task that joins them)."""
+    def _submit(self, feed_keys: Sequence[Hashable]
+                ) -> tuple[dict[Hashable, Any], dict[Hashable, tuple[Any, list[Any]]]]:
+        """Submit the plan's tasks; the futures by buffer, and the outputs joined here
+        (the joining callable and the futures of its parts, by buffer)."""
         tg, client = self.plan.taskgraph, self.client
         env: dict[Hashable, Any] = {}
         for buf in feed_keys:
@@ -290,22 +333,30 @@ class DistributedPlan:
             if sent.whole is not None:
                 env[buf] = sent.whole
         outputs = set(self.plan.output_buffers())
-        local: dict[Hashable, Any] = {}
+        local: dict[Hashable, tuple[Any, list[Any]]] = {}
         tag = uuid.uuid4().hex[:12]
         for tid in tg.order:
             t = tg.tasks[tid]
             out = t.writes[0]
             key = f"{out}@{tag}"
-            p = self._panels.get(tid)
-            if p is not None:
-                fut, where = self._sent[p.matrix].pieces[p.rows]
-                env[out] = client.submit(run_panel, p.fn, fut, env[p.operand], p.tail,
-                                         p.dtype, key=key, workers=[where],
-                                         allow_other_workers=True, pure=False)
+            if tid in self._moved:
+                futs = []
+                for p in self._moved[tid]:
+                    fut, where = self._sent[p.matrix].pieces[p.rows]
+                    futs.append(client.submit(run_panel, p.fn, fut, env[p.operand], p.tail,
+                                              p.dtype, key=f"{p.tid}@{tag}",
+                                              workers=[where], allow_other_workers=True,
+                                              pure=False))
+                if tid not in self._joined:
+                    env[out] = futs[0]
+                elif out in outputs:
+                    local[out] = (assemble_dense, futs)
+                else:
+                    env[out] = client.submit(assemble_dense, *futs, key=key, pure=False)
             elif out in self._skip:
                 continue
             elif out in outputs and t.kernel == "assemble":
-                local[out] = t
+                local[out] = (t.fn, [env[r] for r in t.reads])
             else:
                 env[out] = client.submit(t.fn, *[env[r] for r in t.reads], key=key,
                                          pure=False)
@@ -317,15 +368,19 @@ class DistributedPlan:
         keys = self.plan.output_buffers()
         wanted: list[Any] = []
         for k in keys:
-            wanted += [env[r] for r in local[k].reads] if k in local else [env[k]]
+            if k not in feed:  # an input returned as it is needs no cluster
+                wanted += local[k][1] if k in local else [env[k]]
         try:
             got = iter(self.client.gather(wanted))
         finally:
             del env, wanted
         vals = []
         for k in keys:
-            if k in local:
-                vals.append(local[k].fn(*[next(got) for _ in local[k].reads]))
+            if k in feed:
+                vals.append(feed[k])
+            elif k in local:
+                fn, parts = local[k]
+                vals.append(fn(*[next(got) for _ in parts]))
             else:
                 vals.append(next(got))
         return vals
