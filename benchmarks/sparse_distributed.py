@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import scipy
 import scipy.sparse as sp
 
 import thrifty as th
@@ -61,41 +62,50 @@ def _median(fn: Any, repeat: int) -> float:
     return statistics.median(times)
 
 
+def bench_kernel(client: Any, plan: Any, A: sp.csr_array, k: int, repeat: int
+                 ) -> dict[str, float]:
+    """One kernel on one cluster: scatter once, per call with the same and new operands."""
+    x = operand(A.shape[0], k, 1)
+    t0 = time.perf_counter()
+    handle = plan.distribute(client, {"A": A})
+    scatter_a = time.perf_counter() - t0
+    want = plan.run({"A": A, "x": x})
+    got = handle.run({"A": A, "x": x})  # first run: the operand goes out; warm-up
+    first = handle.timings
+    assert np.allclose(got, want, rtol=1e-10, atol=1e-12)
+    del got, want
+    same = _median(lambda: handle.run({"A": A, "x": x}), repeat)
+    fresh = [operand(A.shape[0], k, 2 + i) for i in range(repeat)]
+    splits: list[float] = []
+
+    def new_operand() -> None:
+        handle.run({"A": A, "x": fresh.pop()})
+        splits.append(handle.timings["scatter"])
+
+    new = _median(new_operand, repeat)
+    pieces = sum(len(v) for v in handle.placement()["A"].values())
+    handle.forget()
+    return {"scatter_A_s": scatter_a, "first_run_s": first["scatter"] + first["compute"],
+            "same_operand_s": same, "new_operand_s": new,
+            "operand_scatter_s": statistics.median(splits), "pieces": pieces}
+
+
 def bench_cluster(workers: int, A: sp.csr_array, plans: dict[str, Any], ks: dict[str, int],
                   repeat: int) -> dict[str, dict[str, float]]:
     """Every kernel on a new LocalCluster of ``workers`` processes (1 thread each)."""
     from distributed import Client, LocalCluster
 
-    out: dict[str, dict[str, float]] = {}
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True,
                       dashboard_address=None, silence_logs=50,
                       memory_limit=0) as cluster, Client(cluster) as client:
-        for name, plan in plans.items():
-            x = operand(A.shape[0], ks[name], 1)
-            t0 = time.perf_counter()
-            handle = plan.distribute(client, {"A": A})
-            scatter_a = time.perf_counter() - t0
-            want = plan.run({"A": A, "x": x})
-            got = handle.run({"A": A, "x": x})  # first run: the operand goes out, warm-up
-            first = handle.timings
-            assert np.allclose(got, want, rtol=1e-10, atol=1e-12), name
-            del got, want
-            same = _median(lambda: handle.run({"A": A, "x": x}), repeat)
-            fresh = [operand(A.shape[0], ks[name], 2 + i) for i in range(repeat)]
-            splits: list[float] = []
+        return {name: bench_kernel(client, plan, A, ks[name], repeat)
+                for name, plan in plans.items()}
 
-            def new_operand() -> None:
-                handle.run({"A": A, "x": fresh.pop()})
-                splits.append(handle.timings["scatter"])
 
-            new = _median(new_operand, repeat)
-            out[name] = {"scatter_A_s": scatter_a, "first_run_s": first["scatter"] +
-                         first["compute"], "same_operand_s": same, "new_operand_s": new,
-                         "operand_scatter_s": statistics.median(splits),
-                         "pieces": sum(len(v) for v in handle.placement()["A"].values())}
-            handle.forget()
-            del handle
-    return out
+def in_process(plan: Any, A: sp.csr_array, k: int, repeat: int) -> float:
+    x = operand(A.shape[0], k, 1)
+    plan.run({"A": A, "x": x})
+    return _median(lambda: plan.run({"A": A, "x": x}), repeat)
 
 
 def run(n: int, per: int, repeat: int) -> dict[str, Any]:
@@ -103,11 +113,7 @@ def run(n: int, per: int, repeat: int) -> dict[str, Any]:
     ks = {"spmv": 0, "spmm16": 16, "spmm64": 64}
     prog = th.program(lambda A, x: A @ x)
     plans = {name: prog.specialize(A=A, x=operand(n, k, 1)) for name, k in ks.items()}
-    inproc = {}
-    for name, plan in plans.items():
-        x = operand(n, ks[name], 1)
-        plan.run({"A": A, "x": x})
-        inproc[name] = _median(lambda: plan.run({"A": A, "x": x}), repeat)
+    inproc = {name: in_process(plan, A, ks[name], repeat) for name, plan in plans.items()}
     clusters = {w: bench_cluster(w, A, plans, ks, repeat) for w in (1, 2)}
     rows = []
     for name in ks:
@@ -129,7 +135,7 @@ def _machine() -> dict[str, Any]:
     return {"date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
             "cpus": os.cpu_count(), "load_average": os.getloadavg(),
             "platform": platform.platform(), "python": sys.version.split()[0],
-            "numpy": np.__version__, "scipy": sp.__name__ and __import__("scipy").__version__,
+            "numpy": np.__version__, "scipy": scipy.__version__,
             "dask": dask.__version__, "distributed": distributed.__version__}
 
 
