@@ -61,6 +61,11 @@ def test_spmv_and_spmm_on_the_cluster_equal_scipy_and_the_plan(client, k):
     assert all(a[1] == b[0] for a, b in zip(blocks, blocks[1:]))
     for rows in where.values():
         assert sum(r1 - r0 for r0, r1 in rows) < A.shape[0]
+    # the blocks are balanced by nonzeros, to within one panel
+    nnz = {w: sum(int(A.indptr[r1] - A.indptr[r0]) for r0, r1 in rows)
+           for w, rows in where.items()}
+    widest = max(int(A.indptr[r1] - A.indptr[r0]) for r0, r1 in blocks)
+    assert max(nnz.values()) - min(nnz.values()) <= widest
 
 
 def test_inputs_are_scattered_once_and_again_when_they_change(client):

@@ -115,7 +115,7 @@ def _split(indptr: np.ndarray | None, n: int, parts: int) -> list[tuple[int, int
     return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
-def _moved(tg: TaskGraph, specs: Mapping[Hashable, Any], parts: int
+def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
            ) -> dict[Hashable, list[_Panel]]:
     """The tasks of ``tg`` that run on rows of one input matrix only: the panels each
     becomes, by task id.
@@ -166,6 +166,7 @@ def _place(A: Any, ranges: Sequence[tuple[int, int]], workers: Sequence[str]
 def _stamp(value: Any) -> tuple[Any, ...]:
     """What identifies an input cheaply: its arrays' identity, shape and dtype, and up to
     :data:`_SAMPLES` evenly spaced values."""
+    arrays: tuple[Any, ...]
     if sp.issparse(value):
         arrays = (value.data, value.indices, value.indptr)
     else:
@@ -277,7 +278,7 @@ class DistributedPlan:
         checked = self.plan.check_inputs(inputs)
         return dict(zip(self.plan.feed_keys, [*checked, *self.plan.const_values]))
 
-    def _ensure(self, feed: Mapping[Hashable, Any]) -> float:
+    def _ensure(self, feed: Mapping[Any, Any]) -> float:
         """Scatter what the cluster does not hold yet (or lost); the seconds it took."""
         t0 = time.perf_counter()
         for buf, value in feed.items():
@@ -361,7 +362,7 @@ class DistributedPlan:
                                          pure=False)
         return env, local
 
-    def _attempt(self, feed: Mapping[Hashable, Any]) -> list[Any]:
+    def _attempt(self, feed: Mapping[Any, Any]) -> list[Any]:
         """One submission of the plan: the outputs' values."""
         env, local = self._submit(list(feed))
         keys = self.plan.output_buffers()
@@ -389,7 +390,7 @@ class DistributedPlan:
         computed on the cluster; inputs it holds already are not sent again."""
         return self.run_feed(self._feed(inputs))
 
-    def run_feed(self, feed: Mapping[Hashable, Any]) -> Any:
+    def run_feed(self, feed: Mapping[Any, Any]) -> Any:
         """:meth:`run` on the input buffers' values (checked inputs and constants)."""
         retry = _retry_errors()
         scatter = compute = 0.0
