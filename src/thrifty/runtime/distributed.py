@@ -13,7 +13,8 @@
   fused ``SpMM → elementwise``) is not sent whole. Its panels are split into one contiguous
   block of rows per worker, balanced by nonzeros, and each panel's rows are scattered to
   the worker of its block; the panel's task runs there, on those rows only, and writes a
-  fresh output of its rows. Dense operands the panels read are broadcast to every worker.
+  fresh output of its rows. Dense inputs the panels read are broadcast to every worker
+  (an operand computed on the cluster, like ``X @ W``, goes where Dask sends it).
   Every other task of the plan (``X @ W``, elementwise, SDDMM, masked SpGEMM, softmax) runs
   where Dask puts it.
 * **results gathered**: the outputs' panels are gathered and joined in this process.
