@@ -413,11 +413,14 @@ class DistributedPlan:
 
     def _wait_for_workers(self, timeout: float = 30.0) -> None:
         """After a loss: wait until the cluster has a worker again (a nanny restarts the
-        ones that died) and drop the inputs it lost."""
+        ones that died) and drop the inputs it lost (by the scheduler's word: no worker
+        holds them; the futures here may not know yet)."""
         deadline = time.monotonic() + timeout
         while not self.client.scheduler_info()["workers"] and time.monotonic() < deadline:
             time.sleep(0.1)
-        for buf in [b for b, s in self._sent.items() if s.lost()]:
+        held = self.client.who_has([f for s in self._sent.values() for f in s.futures()])
+        for buf in [b for b, s in self._sent.items()
+                    if s.lost() or any(not held.get(f.key) for f in s.futures())]:
             self.client.cancel(self._sent.pop(buf).futures())
 
 
