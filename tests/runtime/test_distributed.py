@@ -153,8 +153,14 @@ def test_a_worker_killed_mid_run_still_gives_the_right_result(client):
     cluster_plan = plan.distribute(client, {"A": A, "X": X, "W": W})
     want = np.maximum(A @ (X @ W), 0)
     result: dict[str, object] = {}
-    runner = threading.Thread(target=lambda: result.update(
-        got=cluster_plan.run({"A": A, "X": X, "W": W})))
+
+    def run() -> None:
+        try:
+            result["got"] = cluster_plan.run({"A": A, "X": X, "W": W})
+        except BaseException as e:  # reported by the assertion below
+            result["error"] = e
+
+    runner = threading.Thread(target=run)
     runner.start()
     victim = None
     deadline = time.monotonic() + 30
@@ -169,6 +175,7 @@ def test_a_worker_killed_mid_run_still_gives_the_right_result(client):
     runner.join(120)
     assert not runner.is_alive()
     assert victim not in client.scheduler_info()["workers"]
+    assert "error" not in result, repr(result.get("error"))
     assert_eq(result["got"], want, rtol=1e-10, atol=1e-12)
     assert_eq(result["got"], plan.run({"A": A, "X": X, "W": W}, scheduler="sync"),
               rtol=1e-12)

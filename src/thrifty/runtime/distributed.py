@@ -396,17 +396,16 @@ class DistributedPlan:
         retry = _retry_errors()
         scatter = compute = 0.0
         for attempt in range(1, self.attempts + 1):
-            scatter += self._ensure(feed)
-            t0 = time.perf_counter()
             try:
+                scatter += self._ensure(feed)
+                t0 = time.perf_counter()
                 vals = self._attempt(feed)
-            except retry:
                 compute += time.perf_counter() - t0
+            except retry:
                 if attempt == self.attempts:
                     raise
                 self._wait_for_workers()
                 continue
-            compute += time.perf_counter() - t0
             self.timings = {"scatter": scatter, "compute": compute, "attempts": attempt}
             return self.plan.pack_outputs(vals)
         raise AssertionError("unreachable")  # pragma: no cover
@@ -418,7 +417,11 @@ class DistributedPlan:
         deadline = time.monotonic() + timeout
         while not self.client.scheduler_info()["workers"] and time.monotonic() < deadline:
             time.sleep(0.1)
-        held = self.client.who_has([f for s in self._sent.values() for f in s.futures()])
+        live = [f for s in self._sent.values() for f in s.futures() if f.status == "finished"]
+        try:
+            held = self.client.who_has(live) if live else {}
+        except _retry_errors():
+            held = {}  # ask no more: send everything again
         for buf in [b for b, s in self._sent.items()
                     if s.lost() or any(not held.get(f.key) for f in s.futures())]:
             self.client.cancel(self._sent.pop(buf).futures())
