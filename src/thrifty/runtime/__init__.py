@@ -4,6 +4,8 @@
   measured peak (:mod:`thrifty.runtime.execute`);
 * :func:`specialize` and :class:`RunnablePlan` — sparse plans that run
   (:mod:`thrifty.runtime.sparse_run`);
+* :class:`DistributedPlan` — a sparse plan on a ``dask.distributed`` cluster, row panels
+  placed by data (``plan.distribute(client)``, :mod:`thrifty.runtime.distributed`);
 * :func:`run_taskgraph` — any TaskGraph whose tasks carry callables
   (:mod:`thrifty.runtime.taskrun`), on any scheduler of :mod:`thrifty.runtime.schedulers`;
 * :func:`emulate` — a Graph in emulated low precision (:mod:`thrifty.runtime.emulate`);
@@ -13,6 +15,7 @@ The names :func:`execute` and :func:`emulate` are the functions; their modules s
 importable as ``from thrifty.runtime.execute import ...``.
 """
 
+from thrifty.runtime.distributed import DistributedPlan
 from thrifty.runtime.emulate import emulate
 from thrifty.runtime.execute import ExecResult, execute
 from thrifty.runtime.reference import evaluate
@@ -20,5 +23,5 @@ from thrifty.runtime.schedulers import resolve_scheduler
 from thrifty.runtime.sparse_run import RunnablePlan, specialize
 from thrifty.runtime.taskrun import CompiledGraph, run_taskgraph
 
-__all__ = ["CompiledGraph", "ExecResult", "RunnablePlan", "emulate", "evaluate", "execute",
-           "resolve_scheduler", "run_taskgraph", "specialize"]
+__all__ = ["CompiledGraph", "DistributedPlan", "ExecResult", "RunnablePlan", "emulate",
+           "evaluate", "execute", "resolve_scheduler", "run_taskgraph", "specialize"]

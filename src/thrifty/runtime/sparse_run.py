@@ -26,8 +26,9 @@ from typing import Any
 
 import numpy as np
 
+from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph
-from thrifty.runtime.schedulers import resolve_scheduler
+from thrifty.runtime.schedulers import is_client, resolve_scheduler
 from thrifty.runtime.taskrun import CompiledGraph, run_taskgraph
 from thrifty.sparse.cost import CostModel
 from thrifty.sparse.plan import SparsePlan
@@ -105,7 +106,9 @@ class RunnablePlan(SparsePlan):
             the plan has parallel tasks and at least ``cost.dask_seconds`` of estimated
             work), ``"sync"`` (the tasks in order in this thread), ``"threads"`` (Dask's
             threaded scheduler with ``cost.threads`` workers), a
-            ``dask.distributed.Client`` or an address ``"tcp://HOST:PORT"``.
+            ``dask.distributed.Client`` or an address ``"tcp://HOST:PORT"`` (row panels
+            on the workers holding their rows, inputs scattered once per plan and
+            cluster: :meth:`distribute`).
 
         Returns
         -------
@@ -126,12 +129,34 @@ class RunnablePlan(SparsePlan):
             sched: Any = "threads"
         else:
             sched = resolve_scheduler(scheduler)
+            if is_client(sched):
+                from thrifty.runtime.distributed import handle_for
+
+                return handle_for(self, sched).run_feed(self.feed_checked(checked))
         if sched == "sync":
             vals = self._compiled([*checked, *self.const_values], parallel=False)
         else:
             vals = run_taskgraph(self.taskgraph, self.feed_checked(checked),
                                  self.output_buffers(), sched, self.cost.threads)
         return self.pack_outputs(vals)
+
+    def distribute(self, client: Any, inputs: Mapping[str, Any] | None = None,
+                   attempts: int = 3) -> Any:
+        """This plan on a ``dask.distributed`` cluster: a
+        :class:`~thrifty.runtime.distributed.DistributedPlan` whose ``run(inputs)`` places
+        the row panels on the workers holding their rows, sends each input once (the
+        ``inputs`` given here now, the others on their first run) and survives lost
+        workers. ``client`` is a Client or an address ``"tcp://HOST:PORT"``."""
+        from thrifty.runtime.distributed import DistributedPlan
+
+        sched = resolve_scheduler(client)
+        if not is_client(sched):
+            raise SpecError(f"distribute needs a dask.distributed.Client or an address "
+                            f"'tcp://HOST:PORT', got {client!r}")
+        handle = DistributedPlan(self, sched, attempts=attempts)
+        if inputs:
+            handle.scatter(inputs)
+        return handle
 
 
 def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None = None,
