@@ -21,7 +21,7 @@ import bisect
 import heapq
 import math
 import random
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from thrifty.graph.taskgraph import TaskGraph
@@ -30,7 +30,7 @@ from thrifty.memory.model import Plan, Step
 __all__ = ["NoRoom", "Policy", "evict_plan"]
 
 _EPS = 1e-9
-_SCAN_LIMIT = 256
+_SCAN_LIMIT = 64
 _HEAP_CANDIDATES = 64
 
 
@@ -60,6 +60,12 @@ class Policy:
         ``False``: evict nothing but dead buffers (the √n policy alone decides what to drop).
     seed:
         Seeds the sampling of eviction candidates on large graphs.
+    max_work:
+        The pass gives up (:class:`NoRoom`) once it has issued more than ``max_work`` times
+        as many computes as the order has tasks: near the smallest budget it can reach,
+        eviction may thrash (each rematerialisation evicting what the next one needs), and
+        its work would grow without bound; a plan that recomputes every task ``max_work``
+        times over is not worth finding. ``None``: no limit.
     """
 
     lookahead: bool = True
@@ -70,6 +76,7 @@ class Policy:
     forward: frozenset[Hashable] = frozenset()
     evict: bool = True
     seed: int = 0
+    max_work: float | None = 3.0
 
 
 def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
@@ -86,6 +93,45 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     ['compute', 'compute', 'free']
     """
     return _Builder(g, order, budget, bandwidth, policy).build()
+
+
+class _Resident:
+    """A set that also samples in O(k): its items in a list, each one's index in a dict
+    (a removal moves the last item into the hole)."""
+
+    __slots__ = ("items", "where")
+
+    def __init__(self, items: Iterable[Hashable] = ()) -> None:
+        self.items: list[Hashable] = []
+        self.where: dict[Hashable, int] = {}
+        for b in items:
+            self.add(b)
+
+    def __contains__(self, b: object) -> bool:
+        return b in self.where
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self.items))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, b: Hashable) -> None:
+        if b not in self.where:
+            self.where[b] = len(self.items)
+            self.items.append(b)
+
+    def discard(self, b: Hashable) -> None:
+        i = self.where.pop(b, None)
+        if i is None:
+            return
+        last = self.items.pop()
+        if i < len(self.items):
+            self.items[i] = last
+            self.where[last] = i
+
+    def sample(self, rng: random.Random, k: int) -> list[Hashable]:
+        return [self.items[i] for i in rng.sample(range(len(self.items)), k)]
 
 
 class _Builder:
@@ -111,7 +157,7 @@ class _Builder:
                 if fw:
                     self.fwd_last[b] = fw[-1]
         self.input_until = self._input_horizon() if policy.recompute else {}
-        self.resident: set[Hashable] = {b for b in g.buffers if self.prod[b] is None}
+        self.resident = _Resident(b for b in g.buffers if self.prod[b] is None)
         self.mem = sum(self.size[b] for b in self.resident)
         self.host: set[Hashable] = set()
         self.steps: list[Step] = []
@@ -125,6 +171,8 @@ class _Builder:
         self.heap: list[tuple[int, int, Hashable]] = []
         self.heap_key: dict[Hashable, int] = {}
         self.tick = 0
+        self.work_left = (math.inf if policy.max_work is None
+                          else policy.max_work * len(self.order) + 64)
         for b in self.resident:
             self.push(b)
 
@@ -264,7 +312,7 @@ class _Builder:
         ok = self.evictable
         if len(self.resident) <= _SCAN_LIMIT:
             return [b for b in self.resident if ok(b, pins)]
-        out = [b for b in self.rng.sample(list(self.resident), _SCAN_LIMIT) if ok(b, pins)]
+        out = [b for b in self.resident.sample(self.rng, _SCAN_LIMIT) if ok(b, pins)]
         if not self.policy.lookahead:
             return out
         seen = set(out)
@@ -359,6 +407,10 @@ class _Builder:
 
     # -- emitting steps (tracking the copy-stream clocks for cost estimates) ----------------
     def emit_compute(self, t: Hashable) -> None:
+        self.work_left -= 1
+        if self.work_left < 0:
+            raise NoRoom(f"more than {self.policy.max_work} computes per task: eviction "
+                         "thrashes at this budget")
         task = self.g.tasks[t]
         start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
         end = start + task.time
