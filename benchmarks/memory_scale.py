@@ -77,7 +77,8 @@ def main() -> None:
                 ratio = f"{simulate(g, p).peak / r.peak:.3f}"
             except Exception as e:  # noqa: BLE001 - a row of the table says what failed
                 tp = time.process_time() - t0
-                planner = type(e).__name__
+                planner = ("infeasible (proven)" if "is infeasible" in str(e)
+                           else type(e).__name__)
         rows.append((n, ts, tp))
         console.print(f"{n:,} tasks: schedule {ts:.2f} s CPU ({ws:.2f} s wall, {r.method}), plan "
                       f"{'-' if tp is None else f'{tp:.2f} s'} {planner} {ratio}")

@@ -256,7 +256,7 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         raise PlanError(f"time_limit is {time_limit!r}; it must be a number of seconds > 0")
     lb = lower_bound(g, offload=bw is not None)
     if b < lb:
-        _infeasible(g, b, bw, recompute, lb, time_limit)
+        _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal)
     if ord_ is None:
         sched = schedule(g, time_limit=min(time_limit, 10.0))
         ord_, order_optimal = tuple(sched.order), sched.optimal

@@ -21,7 +21,7 @@ import bisect
 import heapq
 import math
 import random
-from collections.abc import Hashable, Mapping, Sequence
+from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from thrifty.graph.taskgraph import TaskGraph
@@ -30,7 +30,7 @@ from thrifty.memory.model import Plan, Step
 __all__ = ["NoRoom", "Policy", "evict_plan"]
 
 _EPS = 1e-9
-_SCAN_LIMIT = 256
+_SCAN_LIMIT = 64
 _HEAP_CANDIDATES = 64
 
 
@@ -60,6 +60,12 @@ class Policy:
         ``False``: evict nothing but dead buffers (the √n policy alone decides what to drop).
     seed:
         Seeds the sampling of eviction candidates on large graphs.
+    max_work:
+        The pass gives up (:class:`NoRoom`) once it has issued more than ``max_work`` times
+        as many computes as the order has tasks: near the smallest budget it can reach,
+        eviction may thrash (each rematerialisation evicting what the next one needs), and
+        its work would grow without bound; a plan that recomputes every task ``max_work``
+        times over is not worth finding. ``None``: no limit.
     """
 
     lookahead: bool = True
@@ -70,6 +76,7 @@ class Policy:
     forward: frozenset[Hashable] = frozenset()
     evict: bool = True
     seed: int = 0
+    max_work: float | None = 3.0
 
 
 def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
@@ -86,6 +93,73 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     ['compute', 'compute', 'free']
     """
     return _Builder(g, order, budget, bandwidth, policy).build()
+
+
+class _Resident:
+    """A set that also samples in O(k): its items in a list, each one's index in a dict
+    (a removal moves the last item into the hole)."""
+
+    __slots__ = ("items", "where")
+
+    def __init__(self, items: Iterable[Hashable] = ()) -> None:
+        self.items: list[Hashable] = []
+        self.where: dict[Hashable, int] = {}
+        for b in items:
+            self.add(b)
+
+    def __contains__(self, b: object) -> bool:
+        return b in self.where
+
+    def __iter__(self) -> Iterator[Hashable]:
+        return iter(list(self.items))
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def add(self, b: Hashable) -> None:
+        if b not in self.where:
+            self.where[b] = len(self.items)
+            self.items.append(b)
+
+    def discard(self, b: Hashable) -> None:
+        i = self.where.pop(b, None)
+        if i is None:
+            return
+        last = self.items.pop()
+        if i < len(self.items):
+            self.items[i] = last
+            self.where[last] = i
+
+    def sample(self, rng: random.Random, k: int) -> list[Hashable]:
+        return [self.items[i] for i in rng.sample(range(len(self.items)), k)]
+
+
+class _Pins:
+    """A multiset of pinned buffers (never evicted while pinned): nested
+    rematerialisations add their own pins and remove them when done."""
+
+    __slots__ = ("count", "total")
+
+    def __init__(self) -> None:
+        self.count: dict[Hashable, int] = {}
+        self.total = 0
+
+    def add(self, bs: Sequence[Hashable]) -> list[Hashable]:
+        c = self.count
+        for b in bs:
+            c[b] = c.get(b, 0) + 1
+        self.total += len(bs)
+        return list(bs)
+
+    def remove(self, bs: list[Hashable]) -> None:
+        c = self.count
+        for b in bs:
+            k = c[b] - 1
+            if k:
+                c[b] = k
+            else:
+                del c[b]
+        self.total -= len(bs)
 
 
 class _Builder:
@@ -111,7 +185,7 @@ class _Builder:
                 if fw:
                     self.fwd_last[b] = fw[-1]
         self.input_until = self._input_horizon() if policy.recompute else {}
-        self.resident: set[Hashable] = {b for b in g.buffers if self.prod[b] is None}
+        self.resident = _Resident(b for b in g.buffers if self.prod[b] is None)
         self.mem = sum(self.size[b] for b in self.resident)
         self.host: set[Hashable] = set()
         self.steps: list[Step] = []
@@ -125,6 +199,9 @@ class _Builder:
         self.heap: list[tuple[int, int, Hashable]] = []
         self.heap_key: dict[Hashable, int] = {}
         self.tick = 0
+        self.pins = _Pins()
+        self.work_left = (math.inf if policy.max_work is None
+                          else policy.max_work * len(self.order) + 64)
         for b in self.resident:
             self.push(b)
 
@@ -136,7 +213,7 @@ class _Builder:
             self.emit_free(b)  # inputs nobody reads: dropped before the first compute
         for i, t in enumerate(self.order):
             self.cur = i
-            self.run(t, frozenset())
+            self.run(t)
             self.release_dead(t)
         self.cur = len(self.order)
         back = [b for b in self.results if b in self.host]
@@ -150,37 +227,41 @@ class _Builder:
         return Plan(tuple(self.steps), budget=self.budget,
                     info={"offload_bandwidth": self.bw} if self.bw is not None else {})
 
-    def run(self, t: Hashable, pinned: frozenset) -> None:
+    def run(self, t: Hashable) -> None:
         task = self.g.tasks[t]
         reads = list(dict.fromkeys(task.reads))
         # Bring back what is missing, biggest recompute footprint first: a first pass pins
         # nothing it brought back, a second pins those, a third pins every read; each pass
         # brings back what an earlier one lost (reads used now rank last for eviction).
         # Recursive rematerialisations take one pass with everything pinned (more passes
-        # there would multiply with the depth).
-        first = 0 if not pinned else 2
+        # there would multiply with the depth). Pins are counted (``self.pins``), so that a
+        # nested rematerialisation costs its own reads and writes, not the depth so far.
+        pins = self.pins
+        first = 0 if not pins.total else 2
         for attempt in range(first, 3):
             missing = sorted((b for b in reads if b not in self.resident),
                              key=self.footprint, reverse=True)
             if not missing:
                 break
-            held = pinned | frozenset(task.writes)
+            added = pins.add(task.writes)
             if attempt == 2:
-                held |= frozenset(b for b in reads if b in self.resident)
+                added += pins.add([b for b in reads if b in self.resident])
             for b in missing:
                 if b not in self.resident:
-                    self.materialize(b, held)
+                    self.materialize(b)
                 if attempt:
-                    held |= {b}
+                    added += pins.add((b,))
+            pins.remove(added)
         if any(b not in self.resident for b in reads):
             raise NoRoom(f"cannot hold the reads of {t!r} together")
-        pins = pinned | frozenset(reads) | frozenset(task.writes)
+        added = pins.add((*reads, *task.writes))
         for w in task.writes:  # a recompute: drop stale copies first (they are rewritten)
             if w in self.resident and w not in self.results:
                 self.emit_free(w)
         need = sum(self.size[w] for w in task.writes) + task.workspace
-        self.make_room(need, pins)
+        self.make_room(need)
         self.emit_compute(t)
+        pins.remove(added)
 
     def footprint(self, b: Hashable) -> int:
         """Bytes a rematerialisation of ``b`` touches (its producer's reads and writes)."""
@@ -190,9 +271,9 @@ class _Builder:
         task = self.g.tasks[p]
         return sum(self.size[r] for r in (*task.reads, *task.writes))
 
-    def materialize(self, b: Hashable, pins: frozenset) -> None:
+    def materialize(self, b: Hashable) -> None:
         if b in self.host:
-            self.make_room(self.size[b], pins)
+            self.make_room(self.size[b])
             self.emit_prefetch(b)
             return
         p = self.prod[b]
@@ -200,7 +281,7 @@ class _Builder:
             raise NoRoom(f"input {b!r} was dropped")
         if not self.policy.recompute:
             raise NoRoom(f"{b!r} was dropped and recompute is not allowed")
-        self.run(p, pins)
+        self.run(p)
 
     def release_dead(self, t: Hashable) -> None:
         task = self.g.tasks[t]
@@ -245,9 +326,9 @@ class _Builder:
         k = bisect.bisect_left(u, self.cur)
         return k < len(u) and u[k] == self.cur
 
-    def make_room(self, need: int, pins: frozenset) -> None:
+    def make_room(self, need: int) -> None:
         while self.mem + need > self.budget:
-            choice = self.choose(pins)
+            choice = self.choose()
             if choice is None:
                 raise NoRoom(f"needs {self.mem + need} bytes at task "
                              f"{self.order[self.cur]!r}, nothing left to evict")
@@ -257,14 +338,14 @@ class _Builder:
             else:
                 self.emit_offload(b)
 
-    def candidates(self, pins: frozenset) -> list[Hashable]:
+    def candidates(self) -> list[Hashable]:
         """Resident buffers that may be evicted: all of them when few; else a seeded sample
         (as DTR samples), plus, with look-ahead, those whose next use is farthest (a lazy
         max-heap on the next-use position: Belady's order)."""
         ok = self.evictable
         if len(self.resident) <= _SCAN_LIMIT:
-            return [b for b in self.resident if ok(b, pins)]
-        out = [b for b in self.rng.sample(list(self.resident), _SCAN_LIMIT) if ok(b, pins)]
+            return [b for b in self.resident if ok(b)]
+        out = [b for b in self.resident.sample(self.rng, _SCAN_LIMIT) if ok(b)]
         if not self.policy.lookahead:
             return out
         seen = set(out)
@@ -275,15 +356,15 @@ class _Builder:
             if b not in self.resident or self.heap_key.get(b) != entry[0]:
                 continue  # stale
             keep.append(entry)
-            if b not in seen and ok(b, pins):
+            if b not in seen and ok(b):
                 out.append(b)
                 seen.add(b)
         for entry in keep:
             heapq.heappush(self.heap, entry)
         return out
 
-    def evictable(self, b: Hashable, pins: frozenset) -> bool:
-        return b not in pins and (b not in self.results or self.bw is not None)
+    def evictable(self, b: Hashable) -> bool:
+        return not self.pins.count.get(b) and (b not in self.results or self.bw is not None)
 
     def push(self, b: Hashable) -> None:
         """(Re)index a resident buffer by its next use (the farthest first)."""
@@ -295,10 +376,10 @@ class _Builder:
         self.tick += 1
         heapq.heappush(self.heap, (key, self.tick, b))
 
-    def choose(self, pins: frozenset) -> tuple[Hashable, str] | None:
+    def choose(self) -> tuple[Hashable, str] | None:
         best: tuple[float, Hashable, str] | None = None
         force = self.policy.force
-        for b in self.candidates(pins):
+        for b in self.candidates():
             how = force.get(b)
             if how == "keep" or self.size[b] == 0:
                 continue
@@ -359,6 +440,10 @@ class _Builder:
 
     # -- emitting steps (tracking the copy-stream clocks for cost estimates) ----------------
     def emit_compute(self, t: Hashable) -> None:
+        self.work_left -= 1
+        if self.work_left < 0:
+            raise NoRoom(f"more than {self.policy.max_work} computes per task: eviction "
+                         "thrashes at this budget")
         task = self.g.tasks[t]
         start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
         end = start + task.time
