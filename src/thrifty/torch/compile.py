@@ -248,38 +248,60 @@ class Backend:
 
     def _choose(self, jg: JointGraph,
                 report: GraphReport) -> tuple[set[Hashable], set[Hashable]]:
-        """The forward tasks to recompute and the forward buffers to offload, from a plan
-        that holds at most the budget of forward values on the device when the backward
-        starts (see :func:`with_boundary`)."""
+        """The forward tasks to recompute and the forward buffers to offload.
+
+        Recomputation alone: the minimum cut of :mod:`thrifty.torch.cut` (method ``auto``
+        or ``cut``). With ``offload_bandwidth``, or when no cut fits, a plan of the whole
+        joint graph that holds at most the budget of forward values on the device when the
+        backward starts (:func:`with_boundary`); a plan that offloads nothing gives way to
+        the cut, which recomputes less."""
+        from thrifty.torch.cut import cheapest_within
+
+        g, limit = jg.graph, report.budget
+        cut = None
+        if self.method in ("auto", "cut"):
+            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r))
+        if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
+            if _saved_bytes(jg, set()) <= limit and cut is None:
+                report.planner = "none needed"
+                return set(), set()
+            planned = self._plan(jg, report)
+            if planned is not None and (planned[1] or cut is None):
+                return planned
+        if cut is not None:
+            report.planner = "cut"
+            return cut, set()
+        report.fallback = True
+        report.planner = "recompute all"
+        return {t for t in jg.forward_tasks() if not g.tasks[t].attrs["random"]}, set()
+
+    def _plan(self, jg: JointGraph,
+              report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
+        """Recompute and offload sets from :func:`thrifty.memory.plan` on the joint graph
+        with a boundary task, or ``None`` when no plan fits."""
         from thrifty.memory import plan
 
         g, limit = jg.graph, report.budget
-        if _saved_bytes(jg, set()) <= limit:
-            report.planner = "none needed"
-            return set(), set()
-        fwd = jg.forward_tasks()
         room = max([report.eager_saved] + [sum(g.buffers[b].size for b in set(
             t.reads) | set(t.writes)) for t in g.tasks.values()])
         g2, order = with_boundary(jg, room)
         pinned = sum(g.buffers[b].size for b in g.results)  # the forward's outputs
         try:
             p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
-                     order=order, time_limit=self.time_limit, method=self.method,
+                     order=order, time_limit=self.time_limit,
+                     method="auto" if self.method == "cut" else self.method,
                      no_offload=_no_offload(g))
         except InfeasibleBudget:
-            p = None
-        if p is not None:
-            recompute = _plan_recomputes(g2, p.steps)
-            offload = {b for b in _plan_offloads(g2, p.steps) - {
-                b for t in recompute for b in g.tasks[t].writes}
-                if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
-            if _saved_bytes(jg, recompute, offload) <= limit:
-                report.plan_peak = int(p.info.get("peak", 0))
-                report.planner = p.method
-                return recompute, offload
-        report.fallback = True
-        report.planner = "recompute all"
-        return {t for t in fwd if not g.tasks[t].attrs["random"]}, set()
+            return None
+        recompute = _plan_recomputes(g2, p.steps)
+        offload = {b for b in _plan_offloads(g2, p.steps) - {
+            b for t in recompute for b in g.tasks[t].writes}
+            if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
+        if _saved_bytes(jg, recompute, offload) > limit:
+            return None
+        report.plan_peak = int(p.info.get("peak", 0))
+        report.planner = p.method
+        return recompute, offload
 
 
 #: The id of the boundary task :func:`with_boundary` adds.
