@@ -70,7 +70,9 @@ def _network(jg: JointGraph, lam: float) -> Any:
         if task.attrs["random"]:
             net.add_edge(_SOURCE, ("t", t))  # no capacity: infinite
         else:
-            net.add_edge(_SOURCE, ("t", t), capacity=1 + int(lam * recompute_cost(task)))
+            # + 1: never recompute for nothing (but at lam = 0, recomputing is free)
+            net.add_edge(_SOURCE, ("t", t),
+                         capacity=int(lam * recompute_cost(task)) + (lam > 0))
         for b in task.writes:
             net.add_edge(("t", t), ("b", b), capacity=int(g.buffers[b].size))
         for b in task.reads:
@@ -103,15 +105,19 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any,
                     iterations: int = 14) -> set[Hashable] | None:
     """The recompute set of the largest price ``lam`` (at most the cap) whose cut saves at
     most ``limit`` bytes, as measured by ``saved(recompute)``; ``None`` when even the
-    cheapest recomputation (``lam`` near 0) saves more."""
+    fewest saved bytes (``lam = 0``) do not fit: then no partition fits."""
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
     best = cut_at(jg, hi)
     if saved(best) <= limit:
         return best
-    lo = 1.0
-    best = cut_at(jg, lo)
+    best = cut_at(jg, 0.0)  # the fewest saved bytes of any valid partition
     if saved(best) > limit:
         return None
+    lo = 1.0
+    r = cut_at(jg, lo)
+    if saved(r) > limit:
+        return best
+    best = r
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)
         r = cut_at(jg, mid)
