@@ -126,7 +126,7 @@ def blocks_of(name: str, model: torch.nn.Module) -> list[torch.nn.Module]:
     if name == "gpt2":
         return list(inner.transformer.h)
     if name.startswith("vit"):
-        return list(inner.vit.encoder.layer)
+        return list(inner.vit.layers)
     return [layer for stage in inner.resnet.encoder.stages for layer in stage.layers]
 
 
@@ -240,7 +240,8 @@ def models(quick: bool) -> dict[str, tuple[Any, Any]]:
         "gpt2": (lambda: tm.gpt2(layers=4, dim=128, heads=4, vocab=1024, positions=512),
                  lambda: torch.randint(0, 1024, (s, 512))),
         "resnet50": (lambda: tm.resnet50(), lambda: torch.randn(2, 3, 64 * s, 64 * s)),
-        "vit_b16": (lambda: tm.vit(layers=12, dim=768, heads=12, image=64 * s, patch=16),
+        "vit_b16": (lambda: tm.vit(layers=12 if s > 1 else 4, dim=768, heads=12, image=64 * s,
+                                   patch=16),
                     lambda: torch.randn(2, 3, 64 * s, 64 * s)),
     }
 

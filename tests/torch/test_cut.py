@@ -19,7 +19,7 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph  # noqa: E402
-from thrifty.torch.cut import cheapest_within, cut_at, recompute_cost  # noqa: E402
+from thrifty.torch.cut import TIE_BREAK, cheapest_within, cut_at, recompute_cost  # noqa: E402
 from thrifty.torch.joint import JointGraph  # noqa: E402
 
 
@@ -61,7 +61,9 @@ def _cost(g: TaskGraph, recompute: set, lam: float) -> int | None:
         return None
     saved = sum(g.buffers[b].size for b in _needed(g, recompute)
                 if g.buffers[b].producer not in recompute)
-    return saved + sum(int(lam * recompute_cost(g.tasks[t])) + (lam > 0) for t in recompute)
+    fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
+    return saved + sum(int(lam * recompute_cost(g.tasks[t]) * (1 + TIE_BREAK * k / len(fwd)))
+                       + (lam > 0) for k, t in enumerate(fwd) if t in recompute)
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)

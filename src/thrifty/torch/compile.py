@@ -11,9 +11,12 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
    output of the graph before a graph break), as it is for eager training;
    the budget is a fraction of them (a float) or a number of bytes per graph (an int);
 2. the joint graph becomes a TaskGraph of activation memory (:mod:`thrifty.torch.joint`)
-   and :func:`thrifty.memory.plan` plans it under the budget; the forward tasks the plan
-   computes again after the backward has started are the ones to *recompute*; every other
-   forward value the backward (or a recomputation) reads is *saved*;
+   and the forward tasks to *recompute* are chosen by a parametric minimum cut
+   (:mod:`thrifty.torch.cut`): the least recomputation (flops, and a tenth of the traffic)
+   among the cuts whose saved bytes fit the budget; every other forward value the backward
+   (or a recomputation) reads is *saved*. With ``offload_bandwidth`` (or when no cut fits),
+   :func:`thrifty.memory.plan` plans the whole graph with a boundary task
+   (:func:`with_boundary`), and a plan that offloads is taken over the cut;
 3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
    checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
@@ -29,10 +32,9 @@ The plan's peak counts the forward values resident at any time; a boundary task 
 forward and the backward needs ``room`` bytes of workspace (:func:`with_boundary`), so a
 plan under ``budget + room`` bytes holds at most ``budget`` bytes of forward values when the
 backward starts: those are the saved bytes. ``room`` is the larger of the eager saved bytes
-and the largest op's working set: the forward and the recomputations get that much working
-memory on top of what is saved. When no plan fits,
-every forward op is recomputed except the random ones (dropout masks must not be drawn
-twice) and the graph reports ``fallback``.
+and the largest op's working set. When neither a cut nor a plan fits, every forward op is
+recomputed except the random ones (dropout masks must not be drawn twice) and the graph
+reports ``fallback``.
 
 Every compiled graph appends a :class:`GraphReport` to :attr:`Backend.reports`;
 :attr:`Backend.last_saved` holds the bytes the compiled forwards saved in the last step,
@@ -96,7 +98,9 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     time_limit:
         Seconds for each of thrifty's planners.
     method:
-        The planning method (:func:`thrifty.memory.plan`).
+        ``"auto"``: the minimum cut, and :func:`thrifty.memory.plan` where offloading is
+        allowed or no cut fits; ``"cut"``: the cut only; a method of
+        :func:`thrifty.memory.plan`: that planner only.
 
     Example
     -------

@@ -38,7 +38,7 @@ from thrifty.graph.taskgraph import Task
 from thrifty.torch.importer import NOMINAL_BYTES_PER_S, NOMINAL_FLOPS
 from thrifty.torch.joint import JointGraph
 
-__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "cheapest_within", "cut_at", "recompute_cost"]
+__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "TIE_BREAK", "cheapest_within", "cut_at", "recompute_cost"]
 
 #: The weight of a recomputed op's memory traffic against its flops: a recomputation runs
 #: next to the backward op that reads it, where its inputs are hot and a compiler fuses it
@@ -47,6 +47,11 @@ BYTES_WEIGHT = 0.1
 #: Below ``lam = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT`` a memory-bound op is
 #: recomputed whenever that spares at least ``FREE_RATIO`` of its traffic in saved bytes.
 FREE_RATIO = 0.25
+#: Recomputing the ``k``-th of ``n`` forward tasks is priced ``1 + TIE_BREAK * k / n`` times
+#: its cost: identical blocks then cross from saved to recomputed at distinct prices, one
+#: after the other (earlier blocks first: their recomputation runs at the end of the
+#: backward, when little else is held), instead of all at one price.
+TIE_BREAK = 0.2
 
 
 def recompute_cost(task: Task) -> float:
@@ -64,15 +69,16 @@ def _network(jg: JointGraph, lam: float) -> Any:
     net = nx.DiGraph()
     net.add_node(_SOURCE)
     net.add_node(_SINK)
-    fwd = {t for t, task in g.tasks.items() if not task.attrs["backward"]}
-    for t in fwd:
+    order = [t for t in jg.order if not g.tasks[t].attrs["backward"]]
+    fwd = set(order)
+    for pos, t in enumerate(order):
         task = g.tasks[t]
         if task.attrs["random"]:
             net.add_edge(_SOURCE, ("t", t))  # no capacity: infinite
         else:
             # + 1: never recompute for nothing (but at lam = 0, recomputing is free)
-            net.add_edge(_SOURCE, ("t", t),
-                         capacity=int(lam * recompute_cost(task)) + (lam > 0))
+            price = lam * recompute_cost(task) * (1 + TIE_BREAK * pos / len(order))
+            net.add_edge(_SOURCE, ("t", t), capacity=int(price) + (lam > 0))
         for b in task.writes:
             net.add_edge(("t", t), ("b", b), capacity=int(g.buffers[b].size))
         for b in task.reads:
@@ -102,7 +108,7 @@ def cut_at(jg: JointGraph, lam: float) -> set[Hashable]:
 
 
 def cheapest_within(jg: JointGraph, limit: int, saved: Any,
-                    iterations: int = 14) -> set[Hashable] | None:
+                    iterations: int = 24) -> set[Hashable] | None:
     """The recompute set of the largest price ``lam`` (at most the cap) whose cut saves at
     most ``limit`` bytes, as measured by ``saved(recompute)``; ``None`` when even the
     fewest saved bytes (``lam = 0``) do not fit: then no partition fits."""
