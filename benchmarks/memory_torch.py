@@ -34,8 +34,8 @@ Models (random weights; torchvision and timm do not import with the pinned CPU P
 the ResNet and the ViT are ``transformers``' ``ResNetConfig`` / ``ViTConfig`` models):
 ``attention6`` (6 attention blocks, a ``forward`` of its own), ``gpt2`` (``GPT2Config``, 4
 layers 128 wide, 512 tokens), ``resnet50`` (torchvision's ResNet-50 layout and parameter
-count, 64x64 images in the quick mode), ``vit_b16`` (ViT-B/16: 12 layers 768 wide, 12 heads,
-patches of 16; 64x64 images in the quick mode).
+count, 64x64 images in the quick mode), ``vit_b16`` (ViT-B/16: 768 wide, 12 heads, patches
+of 16, 12 layers; 4 layers and 64x64 images in the quick mode).
 
 Usage::
 
