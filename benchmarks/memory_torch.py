@@ -32,9 +32,10 @@ Measured per step (after a warm-up step that compiles):
 
 Models (random weights; torchvision and timm do not import with the pinned CPU PyTorch, so
 the ResNet and the ViT are ``transformers``' ``ResNetConfig`` / ``ViTConfig`` models):
-``attention6`` (6 attention blocks, a ``forward`` of its own), ``gpt2`` (``GPT2Config``),
-``resnet50`` (the ResNet-50 layout: bottleneck stages 3, 4, 6, 3; 64x64 images in the quick
-mode), ``vit`` (``ViTConfig``).
+``attention6`` (6 attention blocks, a ``forward`` of its own), ``gpt2`` (``GPT2Config``, 4
+layers 128 wide, 512 tokens), ``resnet50`` (torchvision's ResNet-50 layout and parameter
+count, 64x64 images in the quick mode), ``vit_b16`` (ViT-B/16: 768 wide, 12 heads, patches
+of 16, 12 layers; 4 layers and 64x64 images in the quick mode).
 
 Usage::
 
@@ -124,8 +125,8 @@ def blocks_of(name: str, model: torch.nn.Module) -> list[torch.nn.Module]:
     inner = model.inner
     if name == "gpt2":
         return list(inner.transformer.h)
-    if name == "vit":
-        return list(inner.vit.encoder.layer)
+    if name.startswith("vit"):
+        return list(inner.vit.layers)
     return [layer for stage in inner.resnet.encoder.stages for layer in stage.layers]
 
 
@@ -237,11 +238,11 @@ def models(quick: bool) -> dict[str, tuple[Any, Any]]:
         "attention6": (lambda: tm.AttentionNet(dim=64, heads=4, blocks=6, vocab=256),
                        lambda: torch.randint(0, 256, (4 * s, 128))),
         "gpt2": (lambda: tm.gpt2(layers=4, dim=128, heads=4, vocab=1024, positions=512),
-                 lambda: torch.randint(0, 1024, (2, 128 * s))),
-        "resnet50": (lambda: tm.resnet(depths=(3, 4, 6, 3), hidden=(256, 512, 1024, 2048)),
-                     lambda: torch.randn(2, 3, 64 * s, 64 * s)),
-        "vit": (lambda: tm.vit(layers=6, dim=128, heads=4, image=64 * s, patch=8),
-                lambda: torch.randn(4, 3, 64 * s, 64 * s)),
+                 lambda: torch.randint(0, 1024, (s, 512))),
+        "resnet50": (lambda: tm.resnet50(), lambda: torch.randn(2, 3, 64 * s, 64 * s)),
+        "vit_b16": (lambda: tm.vit(layers=12 if s > 1 else 4, dim=768, heads=12, image=64 * s,
+                                   patch=16),
+                    lambda: torch.randn(2, 3, 64 * s, 64 * s)),
     }
 
 

@@ -124,15 +124,27 @@ def gpt2(layers: int = 2, dim: int = 64, heads: int = 4, vocab: int = 256,
 
 
 def resnet(depths: tuple[int, ...] = (1, 1), hidden: tuple[int, ...] = (16, 32),
-           layer_type: str = "bottleneck", classes: int = 10) -> nn.Module:
-    """A ResNet from ``transformers.ResNetConfig`` (ResNet-50 is depths (3, 4, 6, 3),
-    hidden (256, 512, 1024, 2048), bottleneck)."""
+           layer_type: str = "bottleneck", classes: int = 10,
+           embedding: int | None = None) -> nn.Module:
+    """A ResNet from ``transformers.ResNetConfig``.
+
+    ResNet-50 is :func:`resnet50`: the layout of torchvision's ``resnet50`` (a 7x7 stem of
+    64 channels, max pooling, bottleneck stages of 3, 4, 6, 3 blocks of 256, 512, 1024, 2048
+    output channels, the stride on each stage's first 3x3 convolution, 25.6 M parameters
+    with 1000 classes)."""
     from transformers import ResNetConfig, ResNetForImageClassification
 
+    if embedding is None:
+        embedding = hidden[0] // 2 if layer_type == "basic" else 16
     cfg = ResNetConfig(depths=list(depths), hidden_sizes=list(hidden), layer_type=layer_type,
-                       embedding_size=hidden[0] // 2 if layer_type == "basic" else 16,
-                       num_labels=classes)
+                       embedding_size=embedding, num_labels=classes)
     return Logits(ResNetForImageClassification(cfg))
+
+
+def resnet50(classes: int = 1000) -> nn.Module:
+    """ResNet-50 (random weights), as torchvision defines it (see :func:`resnet`)."""
+    return resnet(depths=(3, 4, 6, 3), hidden=(256, 512, 1024, 2048), classes=classes,
+                  embedding=64)
 
 
 def vit(layers: int = 2, dim: int = 64, heads: int = 4, image: int = 32, patch: int = 8,

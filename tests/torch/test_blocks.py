@@ -85,20 +85,9 @@ def setup(request):
     return m, x, g, ref
 
 
-# Open bug: on the ResNet-like chain at 0.4 with offload, the planner's plan prefetches s1
-# after block 1's input was freed and recomputed; the executor's store then holds a copy of
-# the block output that s1 aliases, and the measured peak (241,920 B) exceeds the
-# prediction (209,444 B) at the two prefetches. The plan itself is valid (the simulator
-# replays it within the budget); the executor's accounting of offloaded aliases is not.
-_OPEN = pytest.mark.xfail(strict=True, reason="measured peak above the prediction after a "
-                          "prefetch of a store aliasing a recomputed block's output")
-
-
 @pytest.mark.parametrize("bw", [None, 1e9])
-@pytest.mark.parametrize("frac", [1.0, 0.6, pytest.param(0.4, id="0.4")])
-def test_training_follows_the_plan(setup, frac, bw, request):
-    if request.node.callspec.id == "resnet-0.4-1000000000.0":
-        request.applymarker(_OPEN)
+@pytest.mark.parametrize("frac", [1.0, 0.6, 0.4])
+def test_training_follows_the_plan(setup, frac, bw):
     """Gradients are bitwise those of the unplanned step (the same kernels on the same
     values: recomputation replays the RNG and module state); the measured peak of
     activation bytes is within the plan's prediction."""

@@ -112,9 +112,10 @@ def test_compiled_training_is_exact_within_budget(eager, name, budget):
         reports = be.reports
     for r in reports:
         assert not r.fallback and r.saved <= r.budget
-        assert (r.recomputed != []) == (r.planner != "none needed")
-        if budget < 1.0:
-            assert r.recomputed and r.recomputed_flops > 0
+        if r.planner == "none needed":
+            assert r.recomputed == []
+        if budget < 1.0:  # eager's saved bytes do not fit: something is recomputed
+            assert r.recomputed and r.planner == "cut"
 
 
 def test_pinned_ops_are_saved_and_the_miss_is_reported(eager):

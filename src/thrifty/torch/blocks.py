@@ -18,7 +18,8 @@ and hands autograd a handle; the unpack hook returns it from the store. ``free s
 the store (recompute: a later ``compute F{i}`` re-runs the block with the RNG state of its
 first run and its module buffers, e.g. batch-norm statistics, restored, as
 ``torch.utils.checkpoint`` does); ``offload``/``prefetch`` move the store to host memory and
-back (``Tensor.to``); ``compute B{i}`` back-propagates through block ``i`` alone
+back, one copy per storage, so that saved tensors sharing a storage share it again after
+the round trip; ``compute B{i}`` back-propagates through block ``i`` alone
 (``torch.autograd.backward(out_i, d_i)``), leaving the gradient of its input for ``B{i-1}``.
 
 The bytes resident (unique storages among the block inputs/outputs the executor holds and
@@ -82,6 +83,27 @@ def _Loss(fn: Callable) -> Any:  # noqa: N802 - a module factory
 def _storage(t: Any) -> tuple[int, int]:
     s = t.untyped_storage()
     return s.data_ptr(), s.nbytes()
+
+
+def _move(slots: list[Any], device: Any) -> list[Any]:
+    """Copies of ``slots`` on ``device`` that share storage exactly as the originals do.
+
+    Copying tensor by tensor would give two saved tensors of one storage (a ReLU's output
+    saved by the ReLU and by the next convolution) two storages, and a store brought back
+    from host memory would hold more bytes than it had when it was offloaded.
+    """
+    import torch
+
+    copies: dict[int, Any] = {}
+    out = []
+    for t in slots:
+        st = t.untyped_storage()
+        if st.data_ptr() not in copies:
+            flat = torch.empty(0, dtype=torch.uint8, device=t.device).set_(st)
+            copies[st.data_ptr()] = flat.to(device, copy=True).untyped_storage()
+        new = torch.empty(0, dtype=t.dtype, device=device)
+        out.append(new.set_(copies[st.data_ptr()], t.storage_offset(), t.shape, t.stride()))
+    return out
 
 
 def block_graph(model: Any, x: Any, loss_fn: Callable | None = None,
@@ -277,10 +299,9 @@ class _Executor:
                 self.store.pop(i, None)
                 self.host.pop(i, None)
             elif op == "offload":
-                slots = self.store.pop(i)
-                self.host[i] = [t.detach().to("cpu", copy=True) for t in slots]
+                self.host[i] = _move(self.store.pop(i), "cpu")
             else:
-                self.store[i] = [t.to(self.device, copy=True) for t in self.host.pop(i)]
+                self.store[i] = _move(self.host.pop(i), self.device)
         elif kind == "d":
             if op == "free":
                 self.grad_in.pop(i, None)

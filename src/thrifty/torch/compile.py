@@ -11,9 +11,12 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
    output of the graph before a graph break), as it is for eager training;
    the budget is a fraction of them (a float) or a number of bytes per graph (an int);
 2. the joint graph becomes a TaskGraph of activation memory (:mod:`thrifty.torch.joint`)
-   and :func:`thrifty.memory.plan` plans it under the budget; the forward tasks the plan
-   computes again after the backward has started are the ones to *recompute*; every other
-   forward value the backward (or a recomputation) reads is *saved*;
+   and the forward tasks to *recompute* are chosen by a parametric minimum cut
+   (:mod:`thrifty.torch.cut`): the least recomputation (flops, and a tenth of the traffic)
+   among the cuts whose saved bytes fit the budget; every other forward value the backward
+   (or a recomputation) reads is *saved*. With ``offload_bandwidth`` (or when no cut fits),
+   :func:`thrifty.memory.plan` plans the whole graph with a boundary task
+   (:func:`with_boundary`), and a plan that offloads is taken over the cut;
 3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
    checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
@@ -29,10 +32,9 @@ The plan's peak counts the forward values resident at any time; a boundary task 
 forward and the backward needs ``room`` bytes of workspace (:func:`with_boundary`), so a
 plan under ``budget + room`` bytes holds at most ``budget`` bytes of forward values when the
 backward starts: those are the saved bytes. ``room`` is the larger of the eager saved bytes
-and the largest op's working set: the forward and the recomputations get that much working
-memory on top of what is saved. When no plan fits,
-every forward op is recomputed except the random ones (dropout masks must not be drawn
-twice) and the graph reports ``fallback``.
+and the largest op's working set. When neither a cut nor a plan fits, every forward op is
+recomputed except the random ones (dropout masks must not be drawn twice) and the graph
+reports ``fallback``.
 
 Every compiled graph appends a :class:`GraphReport` to :attr:`Backend.reports`;
 :attr:`Backend.last_saved` holds the bytes the compiled forwards saved in the last step,
@@ -96,7 +98,9 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     time_limit:
         Seconds for each of thrifty's planners.
     method:
-        The planning method (:func:`thrifty.memory.plan`).
+        ``"auto"``: the minimum cut, and :func:`thrifty.memory.plan` where offloading is
+        allowed or no cut fits; ``"cut"``: the cut only; a method of
+        :func:`thrifty.memory.plan`: that planner only.
 
     Example
     -------
@@ -248,38 +252,60 @@ class Backend:
 
     def _choose(self, jg: JointGraph,
                 report: GraphReport) -> tuple[set[Hashable], set[Hashable]]:
-        """The forward tasks to recompute and the forward buffers to offload, from a plan
-        that holds at most the budget of forward values on the device when the backward
-        starts (see :func:`with_boundary`)."""
+        """The forward tasks to recompute and the forward buffers to offload.
+
+        Recomputation alone: the minimum cut of :mod:`thrifty.torch.cut` (method ``auto``
+        or ``cut``). With ``offload_bandwidth``, or when no cut fits, a plan of the whole
+        joint graph that holds at most the budget of forward values on the device when the
+        backward starts (:func:`with_boundary`); a plan that offloads nothing gives way to
+        the cut, which recomputes less."""
+        from thrifty.torch.cut import cheapest_within
+
+        g, limit = jg.graph, report.budget
+        cut = None
+        if self.method in ("auto", "cut"):
+            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r))
+        if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
+            if _saved_bytes(jg, set()) <= limit and cut is None:
+                report.planner = "none needed"
+                return set(), set()
+            planned = self._plan(jg, report)
+            if planned is not None and (planned[1] or cut is None):
+                return planned
+        if cut is not None:
+            report.planner = "cut"
+            return cut, set()
+        report.fallback = True
+        report.planner = "recompute all"
+        return {t for t in jg.forward_tasks() if not g.tasks[t].attrs["random"]}, set()
+
+    def _plan(self, jg: JointGraph,
+              report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
+        """Recompute and offload sets from :func:`thrifty.memory.plan` on the joint graph
+        with a boundary task, or ``None`` when no plan fits."""
         from thrifty.memory import plan
 
         g, limit = jg.graph, report.budget
-        if _saved_bytes(jg, set()) <= limit:
-            report.planner = "none needed"
-            return set(), set()
-        fwd = jg.forward_tasks()
         room = max([report.eager_saved] + [sum(g.buffers[b].size for b in set(
             t.reads) | set(t.writes)) for t in g.tasks.values()])
         g2, order = with_boundary(jg, room)
         pinned = sum(g.buffers[b].size for b in g.results)  # the forward's outputs
         try:
             p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
-                     order=order, time_limit=self.time_limit, method=self.method,
+                     order=order, time_limit=self.time_limit,
+                     method="auto" if self.method == "cut" else self.method,
                      no_offload=_no_offload(g))
         except InfeasibleBudget:
-            p = None
-        if p is not None:
-            recompute = _plan_recomputes(g2, p.steps)
-            offload = {b for b in _plan_offloads(g2, p.steps) - {
-                b for t in recompute for b in g.tasks[t].writes}
-                if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
-            if _saved_bytes(jg, recompute, offload) <= limit:
-                report.plan_peak = int(p.info.get("peak", 0))
-                report.planner = p.method
-                return recompute, offload
-        report.fallback = True
-        report.planner = "recompute all"
-        return {t for t in fwd if not g.tasks[t].attrs["random"]}, set()
+            return None
+        recompute = _plan_recomputes(g2, p.steps)
+        offload = {b for b in _plan_offloads(g2, p.steps) - {
+            b for t in recompute for b in g.tasks[t].writes}
+            if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
+        if _saved_bytes(jg, recompute, offload) > limit:
+            return None
+        report.plan_peak = int(p.info.get("peak", 0))
+        report.planner = p.method
+        return recompute, offload
 
 
 #: The id of the boundary task :func:`with_boundary` adds.

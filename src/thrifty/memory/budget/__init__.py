@@ -256,7 +256,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         raise PlanError(f"time_limit is {time_limit!r}; it must be a number of seconds > 0")
     lb = lower_bound(g, offload=bw is not None)
     if b < lb:
-        _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal)
+        _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal,
+                    no_offload=frozenset(no_offload))
     if ord_ is None:
         sched = schedule(g, time_limit=min(time_limit, 10.0))
         ord_, order_optimal = tuple(sched.order), sched.optimal
@@ -290,7 +291,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         if method != "auto":
             raise PlanError(f"planner {method!r} found no plan within budget {b} bytes; "
                             "try method='auto'")
-        p = _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal)
+        p = _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal,
+                        ctx.no_offload)
         name = "evict"
         candidates["smallest"] = estimate(g, p.steps, bw).makespan
         optimal = candidates["smallest"] <= total * (1 + 1e-12)
@@ -324,12 +326,13 @@ def _check_bandwidth(bw: float | None) -> float | None:
 
 def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool, lb: int,
                 time_limit: float, order: tuple[Hashable, ...] | None = None,
-                order_optimal: bool = False) -> Plan:
+                order_optimal: bool = False,
+                no_offload: frozenset[Hashable] = frozenset()) -> Plan:
     """The plan found while searching for the smallest feasible budget, when it fits
     ``budget`` (the eviction planner is not monotone in the budget); else raise
     :class:`InfeasibleBudget`, claiming infeasibility only when it is proven."""
     small, proven, found = search_smallest(g, bw, recompute, order, time_limit=time_limit,
-                                           order_optimal=order_optimal)
+                                           order_optimal=order_optimal, no_offload=no_offload)
     if small <= budget:
         return replace(found, budget=budget)
     how = ("recompute and offload" if recompute and bw is not None else

@@ -90,10 +90,12 @@ def smallest_feasible(g: TaskGraph, bandwidth: float | None, recompute: bool,
 
 def search_smallest(g: TaskGraph, bandwidth: float | None, recompute: bool,
                     order: tuple[Hashable, ...] | None = None, iterations: int = 24,
-                    time_limit: float = 30.0, order_optimal: bool = False
+                    time_limit: float = 30.0, order_optimal: bool = False,
+                    no_offload: frozenset[Hashable] = frozenset()
                     ) -> tuple[int, bool, Plan]:
     """:func:`smallest_feasible`, with the plan found at that budget. ``order_optimal``
-    says that ``order`` is a schedule proven of least peak."""
+    says that ``order`` is a schedule proven of least peak; ``no_offload`` names buffers
+    that are never offloaded (they may still be freed and recomputed)."""
     from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan
     from thrifty.memory.budget.replay import estimate
 
@@ -110,7 +112,8 @@ def search_smallest(g: TaskGraph, bandwidth: float | None, recompute: bool,
     lb = lower_bound(g, offload=bandwidth is not None)
     if not recompute and bandwidth is None:
         return hi, hi <= lb or proven_order, best
-    pol = Policy(recompute=recompute, offload=bandwidth is not None)
+    pol = Policy(recompute=recompute, offload=bandwidth is not None,
+                 force=dict.fromkeys(no_offload, "free"))
 
     def attempt(budget: int) -> Plan | None:
         try:

@@ -1,0 +1,102 @@
+"""The minimum cut of thrifty.torch.cut against brute force over every recompute set.
+
+Small random joint graphs (forward tasks over an input and each other, some random ops that
+must run once, multi-output tasks, backward tasks reading forward values): for a price
+``lam``, the cut's recompute set must be valid (every value the backward or a recomputed task
+reads is saved or recomputed) and its cost (saved bytes plus the priced recomputation) the
+least over all subsets of the forward tasks.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+pytest.importorskip("torch")
+
+from hypothesis import given, settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+
+from thrifty.graph.taskgraph import Buffer, Task, TaskGraph  # noqa: E402
+from thrifty.torch.cut import TIE_BREAK, cheapest_within, cut_at, recompute_cost  # noqa: E402
+from thrifty.torch.joint import JointGraph  # noqa: E402
+
+
+@st.composite
+def joints(draw):
+    n = draw(st.integers(1, 7))
+    tasks, bufs = [], [Buffer("x", draw(st.sampled_from([0, 64])), None)]
+    made = ["x"]
+    for i in range(n):
+        reads = draw(st.lists(st.sampled_from(made), min_size=1, max_size=3, unique=True))
+        outs = tuple(f"f{i}.{k}" for k in range(draw(st.sampled_from([1, 1, 2]))))
+        tasks.append(Task(f"f{i}", reads=tuple(reads), writes=outs,
+                          time=draw(st.floats(1e-9, 1e-5)),
+                          attrs={"backward": False, "flops": draw(st.integers(0, 10**6)),
+                                 "random": draw(st.booleans()) and draw(st.booleans())}))
+        bufs += [Buffer(o, draw(st.integers(1, 4096)), f"f{i}") for o in outs]
+        made += list(outs)
+    for j in range(draw(st.integers(1, 3))):
+        reads = draw(st.lists(st.sampled_from(made), min_size=1, max_size=3, unique=True))
+        tasks.append(Task(f"b{j}", reads=tuple(reads), writes=(f"g{j}",), time=1e-6,
+                          attrs={"backward": True, "flops": 0, "random": False}))
+        bufs.append(Buffer(f"g{j}", 0, f"b{j}"))
+    g = TaskGraph(tasks, bufs, results={f"g{j}" for j in range(len(tasks) - n)})
+    return JointGraph(g, [t.id for t in tasks], {"x", *(f"f{i}" for i in range(n))})
+
+
+def _needed(g: TaskGraph, recompute: set) -> set:
+    need = set()
+    for t in g.tasks.values():
+        if t.attrs["backward"] or t.id in recompute:
+            need.update(t.reads)
+    return need
+
+
+def _cost(g: TaskGraph, recompute: set, lam: float) -> int | None:
+    """Saved bytes plus the priced recomputation; ``None`` if the set recomputes an op
+    that must run once."""
+    if any(g.tasks[t].attrs["random"] for t in recompute):
+        return None
+    saved = sum(g.buffers[b].size for b in _needed(g, recompute)
+                if g.buffers[b].producer not in recompute)
+    fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
+    return saved + sum(int(lam * recompute_cost(g.tasks[t]) * (1 + TIE_BREAK * k / len(fwd)))
+                       + (lam > 0) for k, t in enumerate(fwd) if t in recompute)
+
+
+@settings(max_examples=300, deadline=None, derandomize=True)
+@given(jg=joints(), lam=st.sampled_from([1.0, 1e6, 1e9, 1e11, 0.0]))
+def test_cut_is_the_cheapest_recompute_set(jg, lam):
+    g = jg.graph
+    fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
+    got = cut_at(jg, lam)
+    assert got <= set(fwd)
+    mine = _cost(g, got, lam)
+    assert mine is not None
+    best = min(c for r in range(len(fwd) + 1) for s in itertools.combinations(fwd, r)
+               if (c := _cost(g, set(s), lam)) is not None)
+    assert mine == best
+
+
+@settings(max_examples=100, deadline=None, derandomize=True)
+@given(jg=joints(), frac=st.floats(0.0, 1.0))
+def test_cheapest_within_fits_the_limit(jg, frac):
+    g = jg.graph
+
+    def saved(r):
+        return sum(g.buffers[b].size for b in _needed(g, r) if g.buffers[b].producer not in r)
+
+    eager = saved(set())
+    limit = int(frac * eager)
+    got = cheapest_within(jg, limit, saved)
+    # the least a valid recompute set can save: everything recomputable recomputed
+    fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
+    least = min(saved(set(s)) for r in range(len(fwd) + 1)
+                for s in itertools.combinations(fwd, r)
+                if not any(g.tasks[t].attrs["random"] for t in s))
+    assert (got is None) == (least > limit)
+    if got is not None:
+        assert saved(got) <= limit
+        assert not any(g.tasks[t].attrs["random"] for t in got)
