@@ -40,7 +40,8 @@ bench: $(STAMP_TEST)
 	set -e; for b in $(BENCHMARKS); do $(BIN)/python benchmarks/$$b.py --quick; done
 
 bench-full: $(STAMP_TEST)
-	set -e; for b in $(BENCHMARKS); do $(BIN)/python benchmarks/$$b.py; done
+	$(BIN)/python benchmarks/sparse_bench.py --full
+	set -e; for b in $(filter-out sparse_bench,$(BENCHMARKS)); do $(BIN)/python benchmarks/$$b.py; done
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info

@@ -430,6 +430,7 @@ def _f(x: float | None) -> str:
 @click.command()
 @click.option("--full", is_flag=True, help="Every instance and k = 16, 64, 256 "
               "(default: the quick mode, small instances, k = 64).")
+@click.option("--quick", is_flag=True, help="The quick mode (the default; for `make bench`).")
 @click.option("--kernel", "kernels", multiple=True, type=click.Choice(KERNELS))
 @click.option("--instance", "instances", multiple=True,
               help="poisson2d-N, poisson3d-N, rmat-SCALE, random-N-PERROW or file:GROUP/NAME")
@@ -442,9 +443,11 @@ def _f(x: float | None) -> str:
               show_default=True, help="Seconds of timed rounds per case at most (fewer "
               "rounds, no fewer than 3, for cases whose calls are slow; never fewer peers).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None)
-def main(full: bool, kernels: tuple[str, ...], instances: tuple[str, ...], ks: tuple[int, ...],
-         repeat: int, threads: int, case_budget: float, out: str | None) -> None:
+def main(full: bool, quick: bool, kernels: tuple[str, ...], instances: tuple[str, ...],
+         ks: tuple[int, ...], repeat: int, threads: int, case_budget: float, out: str | None) -> None:
     """Benchmark thrifty's plans against scipy, MKL, torch, graphblas, pydata, dense."""
+    if full and quick:
+        raise click.UsageError("--full and --quick exclude each other")
     result = run(full, kernels or (KERNELS if full else ("spmv", "spmm")), instances or None,
                  ks or ((16, 64, 256) if full else (64,)), repeat, threads,
                  budget=case_budget)
