@@ -444,7 +444,8 @@ def _f(x: float | None) -> str:
               "rounds, no fewer than 3, for cases whose calls are slow; never fewer peers).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None)
 def main(full: bool, quick: bool, kernels: tuple[str, ...], instances: tuple[str, ...],
-         ks: tuple[int, ...], repeat: int, threads: int, case_budget: float, out: str | None) -> None:
+         ks: tuple[int, ...], repeat: int, threads: int, case_budget: float,
+         out: str | None) -> None:
     """Benchmark thrifty's plans against scipy, MKL, torch, graphblas, pydata, dense."""
     if full and quick:
         raise click.UsageError("--full and --quick exclude each other")
