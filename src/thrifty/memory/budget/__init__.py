@@ -167,7 +167,8 @@ PLANNERS: dict[str, Planner] = {
     "dtr": _evict(Policy(lookahead=False, offload=False)),
 }
 
-#: Memory slots of the chain DP (its memory is counted in ``budget / CHAIN_SLOTS`` units) on
+#: Memory slots of the chain DP when the gcd of the sizes would give it too many to count
+#: memory exactly (it then counts ``budget / CHAIN_SLOTS`` units, sizes rounded up) on
 #: chains of up to 23 layers (VGG16); longer chains get fewer (the DP costs layers³ x slots).
 CHAIN_SLOTS = 500
 

@@ -15,8 +15,11 @@ checkpoint a_{s-1}, δ_t and (if ``h``) a_t resident, and ending with δ_{s-1} (
 if ``e``), within ``m`` bytes. Either ``s = t`` (recompute F_t if B_t reads a_t and it is
 not held, then run B_t), or for a split ``k`` in ``[s, t)`` run F_s … F_k keeping only
 a_k, solve ``[k+1, t]`` with a_k as checkpoint (ending with a_k kept or not: Rotor's
-"F_all" choice), then ``[s, k]``. Memory is counted in slots of ``budget / slots`` bytes,
-sizes rounded up (so every plan fits in bytes); with ``slots=None`` it is exact in bytes.
+"F_all" choice), then ``[s, k]``. Memory is counted in slots of ``u`` bytes, ``u`` the gcd
+of every size (exact), or, when that makes too many slots, of ``budget / slots`` bytes with
+sizes rounded up (every plan still fits, but the DP may miss its best one). The tables
+hold ``C`` for every ``m`` at once (numpy arrays over the memory slots), so the DP costs
+about layers² Python steps of array work over layers x slots.
 The frees are written eagerly by :func:`~thrifty.memory.budget.sequence.plan_from_sequence`.
 """
 
@@ -133,9 +136,13 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     ``budget // slots`` bytes instead, sizes rounded up: every plan still fits, but a
     plan may be missed. Raises :class:`ChainError` when ``g`` is not a chain, no plan fits
     (in that accounting), or the DP runs past ``time_limit`` seconds (it costs about
-    layers³ x slots). ``plan.info["optimal"]`` is ``True`` when memory was counted
-    exactly: the plan is then of least compute time among the DP's plans, which is not
-    a claim over every plan.
+    layers³ x slots). ``plan.info["dp_optimal"]`` is ``True`` when memory was counted
+    exactly: the plan is then of least compute time among the DP's plans (Rotor's
+    persistent schedules). That is not a claim over every plan: on small random chains
+    an exhaustive search finds faster plans for a few budgets (workspaces, backward tasks
+    that do not read ``a_{j-1}``, extra outputs), so ``plan.info["optimal"]`` is always
+    ``False`` here (:func:`thrifty.memory.budget.plan` proves optimality by itself when
+    nothing is recomputed).
     """
     ch = as_chain(g)
     deadline = None if time_limit is None else time.perf_counter() + time_limit
@@ -158,8 +165,8 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     if value == _INF:
         raise ChainError(f"no chain plan fits {budget} bytes")
     seq = dp.sequence(ch)
-    info = {"optimal": bool(exact), "objective": value, "slot_bytes": unit,
-            "slots": m0}
+    info = {"optimal": False, "dp_optimal": bool(exact), "objective": value,
+            "slot_bytes": unit, "slots": m0}
     return plan_from_sequence(g, seq, budget=budget, method="chain", info=info)
 
 
@@ -288,10 +295,10 @@ class _ChainDP:
         best = np.full((2, 2, m0 + 1), _INF)
         pick = np.full((2, 2, m0 + 1), -1, dtype=np.int32)
         for e2 in (0, 1):
-            right = self.cost[:, e2, s + 1:t + 1, t, ra:ra + m0 + 1]   # [h, k, m]
-            left = self.cost[e2, :, s, s:t][:, rows, lidx]             # [e, k, m]
-            total = run + right[:, None] + left[None, :]               # [h, e, k, m]
-            total[np.broadcast_to(blocked[:, None], total.shape)] = _INF
+            right = np.where(blocked, _INF, run + self.cost[:, e2, s + 1:t + 1, t,
+                                                            ra:ra + m0 + 1])  # [h, k, m]
+            left = self.cost[e2, :, s, s:t][:, rows, lidx]                   # [e, k, m]
+            total = right[:, None] + left[None, :]                           # [h, e, k, m]
             kbest = total.argmin(axis=2)
             val = np.take_along_axis(total, kbest[:, :, None], axis=2)[:, :, 0]
             better = val < best
