@@ -33,13 +33,15 @@ from .test_budget import brute_force
 
 
 def make_chain(n: int, jmin: int, sizes: list[int], grads: list[int], ws: list[int],
-               ft: list[int], bt: list[int], prev: list[bool], extra: list[int]) -> TaskGraph:
-    """F_j writes a_j (workspace ``ws[j]``); B_j (j >= jmin) reads δ_j (from B_{j+1}), a_j
+               ft: list[int], bt: list[int], prev: list[bool], extra: list[int],
+               bws: list[int] | None = None) -> TaskGraph:
+    """F_j writes a_j (workspace ``ws[j]``); B_j (workspace ``bws[j]``) (j >= jmin) reads δ_j (from B_{j+1}), a_j
     and, if ``prev[j]``, a_{j-1}; writes δ_{j-1} (``grads[j]`` bytes) and, if
     ``extra[j]``, a result of that many bytes. ``B_{n-1}`` always reads ``a_{n-2}`` (read
     alone, ``a_{n-1}`` would make it one more forward layer) and the last backward task
     writes only its gradient (a result)."""
     prev = [*prev[:-1], True]
+    bws = bws or [0] * n
     extra = [0 if j == jmin else x for j, x in enumerate(extra)]
     tasks, bufs = [], []
     for j in range(n):
@@ -50,7 +52,8 @@ def make_chain(n: int, jmin: int, sizes: list[int], grads: list[int], ws: list[i
         reads = ((f"a{j-1}",) if j and prev[j] else ()) + (f"a{j}",)
         reads += (f"d{j}",) if j < n - 1 else ()
         writes = (f"d{j-1}",) + ((f"r{j}",) if extra[j] else ())
-        tasks.append(Task(f"b{j}", reads=reads, writes=writes, time=float(bt[j])))
+        tasks.append(Task(f"b{j}", reads=reads, writes=writes, time=float(bt[j]),
+                          workspace=bws[j]))
         bufs.append(Buffer(f"d{j-1}", grads[j], f"b{j}"))
         if extra[j]:
             bufs.append(Buffer(f"r{j}", extra[j], f"b{j}"))
@@ -68,7 +71,8 @@ def chains(draw: st.DrawFn, max_n: int = 4) -> TaskGraph:
     return make_chain(n, jmin, ints(1, 13), ints(1, 13),
                       [w if w > 6 else 0 for w in ints(0, 9)], ints(1, 5), ints(1, 5),
                       draw(st.lists(st.booleans(), min_size=n, max_size=n)),
-                      [x if x > 4 else 0 for x in ints(0, 7)])
+                      [x if x > 4 else 0 for x in ints(0, 7)],
+                      [w if w > 6 else 0 for w in ints(0, 9)])
 
 
 def budgets_of(g: TaskGraph) -> list[int]:
