@@ -35,8 +35,9 @@ from .test_budget import brute_force
 def make_chain(n: int, jmin: int, sizes: list[int], grads: list[int], ws: list[int],
                ft: list[int], bt: list[int], prev: list[bool], extra: list[int],
                bws: list[int] | None = None) -> TaskGraph:
-    """F_j writes a_j (workspace ``ws[j]``); B_j (workspace ``bws[j]``) (j >= jmin) reads δ_j (from B_{j+1}), a_j
-    and, if ``prev[j]``, a_{j-1}; writes δ_{j-1} (``grads[j]`` bytes) and, if
+    """F_j writes a_j (workspace ``ws[j]``); B_j (j >= jmin; workspace ``bws[j]``) reads
+    δ_j (from B_{j+1}), a_j and, if ``prev[j]``, a_{j-1}; writes δ_{j-1} (``grads[j]``
+    bytes) and, if
     ``extra[j]``, a result of that many bytes. ``B_{n-1}`` always reads ``a_{n-2}`` (read
     alone, ``a_{n-1}`` would make it one more forward layer) and the last backward task
     writes only its gradient (a result)."""
