@@ -37,10 +37,9 @@ def make_chain(n: int, jmin: int, sizes: list[int], grads: list[int], ws: list[i
                bws: list[int] | None = None) -> TaskGraph:
     """F_j writes a_j (workspace ``ws[j]``); B_j (j >= jmin; workspace ``bws[j]``) reads
     δ_j (from B_{j+1}), a_j and, if ``prev[j]``, a_{j-1}; writes δ_{j-1} (``grads[j]``
-    bytes) and, if
-    ``extra[j]``, a result of that many bytes. ``B_{n-1}`` always reads ``a_{n-2}`` (read
-    alone, ``a_{n-1}`` would make it one more forward layer) and the last backward task
-    writes only its gradient (a result)."""
+    bytes) and, if ``extra[j]``, a result of that many bytes. ``B_{n-1}`` always reads
+    ``a_{n-2}`` (read alone, ``a_{n-1}`` would make it one more forward layer) and the
+    last backward task writes only its gradient (a result)."""
     prev = [*prev[:-1], True]
     bws = bws or [0] * n
     extra = [0 if j == jmin else x for j, x in enumerate(extra)]
