@@ -149,3 +149,12 @@ def test_rounded_slots_fit_and_do_not_claim_optimality() -> None:
     assert exact.info["dp_optimal"] and exact.info["slot_bytes"] == 1
     assert simulate(g, exact).compute_time <= simulate(g, p).compute_time
     assert simulate(g, exact).compute_time == pytest.approx(brute_force(g, b))
+
+
+def test_exact_counting_refuses_tables_too_large() -> None:
+    g = make_chain(4, 1, [10**6 + 1, 3, 5, 7], [2, 3, 5, 7], [0] * 4, [1] * 4, [1] * 4,
+                   [True] * 4, [0] * 4)
+    with pytest.raises(ChainError, match="slots=N"):
+        chain_plan(g, 10**7, slots=None)
+    p = chain_plan(g, 10**7)  # rounded to 2,000 slots instead
+    assert simulate(g, p).peak <= 10**7 and not p.info["dp_optimal"]

@@ -135,7 +135,8 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
     ``max(slots, EXACT_CELLS / layers²)`` (``slots=None``: never), the slot is
     ``budget // slots`` bytes instead, sizes rounded up: every plan still fits, but a
     plan may be missed. Raises :class:`ChainError` when ``g`` is not a chain, no plan fits
-    (in that accounting), or the DP runs past ``time_limit`` seconds (it costs about
+    (in that accounting), ``slots=None`` would need more than ``16 x EXACT_CELLS`` table
+    cells, or the DP runs past ``time_limit`` seconds (it costs about
     layers³ x slots). ``plan.info["dp_optimal"]`` is ``True`` when memory was counted
     exactly: the plan is then of least compute time among the DP's plans (Rotor's
     persistent schedules). That is not a claim over every plan: on small random chains
@@ -160,6 +161,10 @@ def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
                               if buf.producer is None)
     if m0 < 0:
         raise ChainError(f"no chain plan fits {budget} bytes: the inputs alone exceed it")
+    if n * n * (m0 + 1) > 16 * EXACT_CELLS:
+        raise ChainError(f"the chain DP would need {n} x {n} x {m0 + 1} table cells (about 80 "
+                         f"bytes each; at most {16 * EXACT_CELLS} allowed): the gcd of the "
+                         "sizes is too small for exact counting; give slots=N to round")
     dp = _ChainDP(tb, n, ch.jmin, m0, deadline, time_limit)
     value = float(dp.cost[0, 0][0, n - 1, dp.pad + m0])
     if value == _INF:
