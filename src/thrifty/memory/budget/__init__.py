@@ -19,7 +19,8 @@ transfer) is as small as the planners can make it. Planners, all behind one sign
   staleness rule, no look-ahead, recompute only).
 
 ``method="auto"`` runs the applicable ones (each the MILP, the chain DP and the local search
-with its own ``time_limit``; the MILP only on small graphs) and keeps the plan of least
+with its own ``time_limit``; the MILP only on small graphs; not the local search where the
+chain DP counted memory exactly and nothing may be offloaded) and keeps the plan of least
 estimated makespan, so it is never worse than any baseline it ran. Every returned plan's
 peak is checked against the budget with the planners' replay (:mod:`.replay`); the tests
 replay every plan with the independent simulator.
@@ -167,7 +168,8 @@ PLANNERS: dict[str, Planner] = {
     "dtr": _evict(Policy(lookahead=False, offload=False)),
 }
 
-#: Memory slots of the chain DP (its memory is counted in ``budget / CHAIN_SLOTS`` units) on
+#: Memory slots of the chain DP when the gcd of the sizes would give it too many to count
+#: memory exactly (it then counts ``budget / CHAIN_SLOTS`` units, sizes rounded up) on
 #: chains of up to 23 layers (VGG16); longer chains get fewer (the DP costs layers³ x slots).
 CHAIN_SLOTS = 500
 
@@ -273,6 +275,9 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
             continue
         if method == "auto" and name in ("evict",) and best is not None:
             continue  # "refine" below starts from the same eviction
+        if (method == "auto" and name == "refine" and best is not None and bw is None
+                and best[1] == "chain" and best[2].info.get("dp_optimal")):
+            continue  # recompute only: the DP's exact optimum, the local search rarely beats
         try:
             p = PLANNERS[name](g, b, ctx)
         except NoPlan:

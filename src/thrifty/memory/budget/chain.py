@@ -15,20 +15,22 @@ checkpoint a_{s-1}, δ_t and (if ``h``) a_t resident, and ending with δ_{s-1} (
 if ``e``), within ``m`` bytes. Either ``s = t`` (recompute F_t if B_t reads a_t and it is
 not held, then run B_t), or for a split ``k`` in ``[s, t)`` run F_s … F_k keeping only
 a_k, solve ``[k+1, t]`` with a_k as checkpoint (ending with a_k kept or not: Rotor's
-"F_all" choice), then ``[s, k]``. Memory is counted in slots of ``budget / slots`` bytes,
-sizes rounded up (so every plan fits in bytes); with ``slots=None`` it is exact in bytes.
+"F_all" choice), then ``[s, k]``. Memory is counted in slots of ``u`` bytes, ``u`` the gcd
+of every size (exact), or, when that makes too many slots, of ``budget / slots`` bytes with
+sizes rounded up (every plan still fits, but the DP may miss its best one). The tables
+hold ``C`` for every ``m`` at once (numpy arrays over the memory slots), so the DP costs
+about layers² Python steps of array work over layers x slots.
 The frees are written eagerly by :func:`~thrifty.memory.budget.sequence.plan_from_sequence`.
 """
 
 from __future__ import annotations
 
 import math
-import sys
 import time
-from collections.abc import Callable, Hashable
+from collections.abc import Hashable
 from dataclasses import dataclass
-from functools import cache
-from typing import Any
+
+import numpy as np
 
 from thrifty.errors import GraphError
 from thrifty.graph.taskgraph import TaskGraph
@@ -125,33 +127,57 @@ def as_chain(g: TaskGraph) -> Chain:
 
 def chain_plan(g: TaskGraph, budget: int, slots: int | None = 2000,
                time_limit: float | None = None) -> Plan:
-    """The least-compute-time recompute plan of chain ``g`` within ``budget``.
+    """The least-compute-time recompute plan of chain ``g`` within ``budget``, over the
+    DP's plan space (see the module docstring).
 
-    Raises :class:`ChainError` when ``g`` is not a chain, no plan fits, or the DP runs past
-    ``time_limit`` seconds (its cost grows as layers³ x slots).
-    ``plan.info["optimal"]`` is ``True`` when memory was counted exactly (``slots=None`` or
-    every size a multiple of the slot).
+    Memory is counted in slots of ``u`` bytes, ``u`` the gcd of every buffer size and
+    workspace, with ``budget // u`` slots: exact. When that is more slots than
+    ``max(slots, EXACT_CELLS / layers²)`` (``slots=None``: never), the slot is
+    ``budget // slots`` bytes instead, sizes rounded up: every plan still fits, but a
+    plan may be missed. Raises :class:`ChainError` when ``g`` is not a chain, no plan fits
+    (in that accounting), ``slots=None`` would need more than ``16 x EXACT_CELLS`` table
+    cells, or the DP runs past ``time_limit`` seconds (it costs about
+    layers³ x slots). ``plan.info["dp_optimal"]`` is ``True`` when memory was counted
+    exactly: the plan is then of least compute time among the DP's plans (Rotor's
+    persistent schedules). That is not a claim over every plan: on small random chains
+    an exhaustive search finds faster plans for a few budgets (workspaces, backward tasks
+    that do not read ``a_{j-1}``, extra outputs), so ``plan.info["optimal"]`` is always
+    ``False`` here (:func:`thrifty.memory.budget.plan` proves optimality by itself when
+    nothing is recomputed).
     """
     ch = as_chain(g)
-    deadline: list[float | None] = [
-        None if time_limit is None else time.perf_counter() + time_limit]
-    bsize = {b: buf.size for b, buf in g.buffers.items()}
-    unit = 1 if slots is None else max(1, budget // slots)
-    exact = all(s % unit == 0 for s in bsize.values()) and all(
-        t.workspace % unit == 0 for t in g.tasks.values())
+    deadline = None if time_limit is None else time.perf_counter() + time_limit
+    n = len(ch.forward)
+    sizes = [buf.size for buf in g.buffers.values()] + [t.workspace for t in g.tasks.values()]
+    unit = math.gcd(*sizes) or 1
+    cap = max(EXACT_CELLS // (n * n), 1)
+    exact = slots is None or budget // unit <= max(slots, cap)
+    if not exact:
+        assert slots is not None
+        unit = max(1, budget // slots)
+        exact = all(s % unit == 0 for s in sizes)
     tb = _layer_tables(g, ch, unit)
-    C = _chain_dp(tb, len(ch.forward), ch.jmin, deadline, time_limit)  # noqa: N806
-    m0 = budget // unit - sum(-(-bsize[b] // unit) for b, buf in g.buffers.items()
+    m0 = budget // unit - sum(-(-buf.size // unit) for buf in g.buffers.values()
                               if buf.producer is None)
-    value = C(0, len(ch.forward) - 1, 0, 0, m0)
-    if value[0] == _INF:
+    if m0 < 0:
+        raise ChainError(f"no chain plan fits {budget} bytes: the inputs alone exceed it")
+    if n * n * (m0 + 1) > 16 * EXACT_CELLS:
+        raise ChainError(f"the chain DP would need {n} x {n} x {m0 + 1} table cells (about 80 "
+                         f"bytes each; at most {16 * EXACT_CELLS} allowed): the gcd of the "
+                         "sizes is too small for exact counting; give slots=N to round")
+    dp = _ChainDP(tb, n, ch.jmin, m0, deadline, time_limit)
+    value = float(dp.cost[0, 0][0, n - 1, dp.pad + m0])
+    if value == _INF:
         raise ChainError(f"no chain plan fits {budget} bytes")
-    deadline[0] = None
-    seq = _chain_sequence(C, ch, tb.a, m0)
-    info = {"optimal": bool(exact), "objective": value[0], "slot_bytes": unit,
-            "states": C.cache_info().currsize}
-    C.cache_clear()
+    seq = dp.sequence(ch)
+    info = {"optimal": False, "dp_optimal": bool(exact), "objective": value,
+            "slot_bytes": unit, "slots": m0}
     return plan_from_sequence(g, seq, budget=budget, method="chain", info=info)
+
+
+#: The exact (gcd) slot count is used while layers² x slots is at most this (the DP's
+#: tables hold about 80 bytes per cell); beyond, memory is rounded to ``slots`` slots.
+EXACT_CELLS = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -207,93 +233,108 @@ def _layer_tables(g: TaskGraph, ch: Chain, unit: int) -> _Layers:
     return _Layers(a, fws, ft, dout, res, bws, bt, rprev, rcur, rpre)
 
 
-_DP = Callable[[int, int, int, int, int], tuple[float, tuple]]
+class _ChainDP:
+    """The DP's tables, filled by increasing ``t - s``: ``cost[h, e, s, t, pad + m]`` is
+    ``C(s, t, h, e, m)`` for ``m`` in ``0..m0`` (the ``pad`` entries before hold its value
+    at negative ``m``: 0 for a layer without backward task, else infinite), and
+    ``choice[h, e, s, t, m]`` how it is reached (-1: directly, -2: drop ``a_t``, else
+    ``2 k + e2``: split at ``k``). Each ``(s, t)`` is filled for every ``h``, ``e`` and
+    ``m`` at once."""
 
+    def __init__(self, tb: _Layers, n: int, jmin: int, m0: int, deadline: float | None,
+                 time_limit: float | None) -> None:
+        self.tb, self.n, self.jmin, self.m0 = tb, n, jmin, m0
+        self.pad = m0 + 1
+        self.cost = np.full((2, 2, n, n, self.pad + m0 + 1), _INF)
+        self.choice = np.full((2, 2, n, n, m0 + 1), -1, dtype=np.int32)
+        self.ms = np.arange(m0 + 1)
+        self.a = np.asarray(tb.a, dtype=np.int64)
+        self.rpre = np.asarray(tb.rpre, dtype=np.int64)
+        for t in range(min(jmin, n)):
+            self.cost[:, :, t, t, :] = 0.0
+        for length in range(n):
+            for s in range(n - length):
+                if deadline is not None and time.perf_counter() > deadline:
+                    raise ChainError(f"the chain DP ran past its time limit of {time_limit} s")
+                if length:
+                    self._split(s, s + length)
+                elif s >= jmin:
+                    for h in (0, 1):
+                        for e in (0, 1):
+                            self._leaf(s, h, e)
 
-def _chain_dp(tb: _Layers, n: int, jmin: int, deadline: list[float | None],
-              time_limit: float | None) -> Any:
-    """The DP ``C(s, t, h, e, m) -> (cost, choice)`` over layers ``s..t`` within ``m``
-    slots (cached; ``deadline[0]``, when set, stops it with a :class:`ChainError`)."""
-    a, fws, ft, dout, res, bws = tb.a, tb.fws, tb.ft, tb.dout, tb.res, tb.bws
-    bt, rprev, rcur, rpre = tb.bt, tb.rprev, tb.rcur, tb.rpre
-    calls = [0]
+    def _a(self, j: int) -> int:
+        return self.tb.a[j] if j >= 0 else 0
 
-    def asz(j: int) -> int:
-        return a[j] if j >= 0 else 0
+    def _din(self, t: int) -> int:
+        return self.tb.dout[t + 1] if t + 1 < self.n else 0
 
-    def din(t: int) -> int:
-        return dout[t + 1] if t + 1 < n else 0
+    def _leaf(self, t: int, h: int, e: int) -> None:
+        """``C(t, t, h, e, m)``: recompute ``F_t`` if needed, run ``B_t``."""
+        tb, A, D = self.tb, self._a(t - 1), self._din(t)
+        cost, need = tb.bt[t], 0
+        hh = h
+        if tb.rcur[t] and not h:
+            cost, hh, need = tb.ft[t] + tb.bt[t], 1, A + D + tb.a[t] + tb.fws[t]
+        T = tb.a[t] if (hh and tb.rcur[t]) else 0
+        keep_a = A if (e or tb.rprev[t]) else 0
+        need = max(need, keep_a + D + T + tb.dout[t] + tb.res[t] + tb.bws[t])
+        self.cost[h, e, t, t, self.pad + max(need, 0):] = cost
 
-    sys.setrecursionlimit(max(10_000, sys.getrecursionlimit()))
+    def _split(self, s: int, t: int) -> None:
+        """``C(s, t, h, e, ·)`` for every ``h``, ``e``, ``m``: run ``F_s..F_k``, solve
+        ``[k+1, t]`` then ``[s, k]``, at the best ``k`` and ``e2``; or, when ``h``, drop
+        ``a_t`` (``C(s, t, 0, e, m)``)."""
+        tb, pad, m0, ms = self.tb, self.pad, self.m0, self.ms
+        A, D = self._a(s - 1), self._din(t)
+        prev = np.concatenate(([0], self.a[s:t - 1]))
+        base = np.maximum.accumulate(A + D + prev + self.a[s:t]
+                                     + np.asarray(tb.fws[s:t], dtype=np.int64))
+        blocked = np.stack([ms[None, :] < base[:, None],
+                            ms[None, :] < base[:, None] + tb.a[t]])  # [h, k, m]
+        run = np.cumsum(tb.ft[s:t])[:, None]
+        rsum = self.rpre[t + 1] - self.rpre[s + 1:t + 1]
+        lidx = (pad - np.minimum(rsum, pad))[:, None] + ms[None, :]
+        rows = np.arange(t - s)[:, None]
+        ra = pad - min(A, pad)
+        best = np.full((2, 2, m0 + 1), _INF)
+        pick = np.full((2, 2, m0 + 1), -1, dtype=np.int32)
+        for e2 in (0, 1):
+            right = np.where(blocked, _INF, run + self.cost[:, e2, s + 1:t + 1, t,
+                                                            ra:ra + m0 + 1])  # [h, k, m]
+            left = self.cost[e2, :, s, s:t][:, rows, lidx]                   # [e, k, m]
+            total = right[:, None] + left[None, :]                           # [h, e, k, m]
+            kbest = total.argmin(axis=2)
+            val = np.take_along_axis(total, kbest[:, :, None], axis=2)[:, :, 0]
+            better = val < best
+            best = np.where(better, val, best)
+            pick = np.where(better, 2 * (s + kbest) + e2, pick)
+        drop = best[0] <= best[1]
+        best[1] = np.where(drop, best[0], best[1])
+        pick[1] = np.where(drop & (best[0] < _INF), -2, pick[1])
+        self.cost[:, :, s, t, pad:] = best
+        self.choice[:, :, s, t] = pick
 
-    @cache
-    def C(s: int, t: int, h: int, e: int, m: int) -> tuple[float, tuple]:  # noqa: N802
-        """(cost, choice) for B_t..B_s; choice reconstructs the sequence."""
-        calls[0] += 1
-        limit = deadline[0]
-        if limit is not None and calls[0] % 4096 == 0 and time.perf_counter() > limit:
-            raise ChainError(f"the chain DP ran past its time limit of {time_limit} s")
-        A, D = asz(s - 1), din(t)
-        best: tuple[float, tuple] = (_INF, ())
-        if s == t and t < jmin:
-            return (0.0, ())  # no backward task in this layer
-        if s == t:
-            cost, hh, pre = 0.0, h, tuple[tuple[str, int], ...]()
-            if rcur[t] and not hh:
-                if A + D + a[t] + fws[t] > m:
-                    return best
-                cost, hh, pre = ft[t], 1, (("F", t),)
-            T = a[t] if (hh and rcur[t]) else 0
-            keep_a = A if (e or rprev[t]) else 0
-            if keep_a + D + T + dout[t] + res[t] + bws[t] > m:
-                return best
-            return (cost + bt[t], pre + (("B", t),))
-        T = a[t] if h else 0
-        if h:
-            best = (C(s, t, 0, e, m)[0], ("drop",))
-        run_t, peak_ok = 0.0, True
-        for k in range(s, t):
-            j = k
-            prev = asz(j - 1) if j > s else 0
-            if A + D + T + prev + a[j] + fws[j] > m:
-                peak_ok = False
-            if not peak_ok:
-                break
-            run_t += ft[j]
-            for e2 in (0, 1):
-                right = C(k + 1, t, h, e2, m - A)
-                if right[0] >= best[0]:
-                    continue
-                rsum = rpre[t + 1] - rpre[k + 1]
-                left = C(s, k, e2, e, m - rsum)
-                total = run_t + right[0] + left[0]
-                if total < best[0]:
-                    best = (total, ("split", k, e2, rsum))
-        return best
-
-    return C
-
-
-def _chain_sequence(C: _DP, ch: Chain, a: list[int], m0: int) -> list[Hashable]:  # noqa: N803
-    """The task sequence of the DP's optimum (its choices, from the cache)."""
-    seq: list[Hashable] = []
-
-    def asz(j: int) -> int:
-        return a[j] if j >= 0 else 0
-
-    def emit(s: int, t: int, h: int, e: int, m: int) -> None:
-        _, choice = C(s, t, h, e, m)
-        if choice and choice[0] == "drop":
-            emit(s, t, 0, e, m)
-            return
-        if s == t:
-            for kind, j in choice or ():
-                seq.append(ch.forward[j] if kind == "F" else ch.backward[j])
-            return
-        _, k, e2, rsum = choice
-        seq.extend(ch.forward[s:k + 1])
-        emit(k + 1, t, h, e2, m - asz(s - 1))
-        emit(s, k, e2, e, m - rsum)
-
-    emit(0, len(ch.forward) - 1, 0, 0, m0)
-    return seq
+    def sequence(self, ch: Chain) -> list[Hashable]:
+        """The task sequence of the optimum (from the choices)."""
+        seq: list[Hashable] = []
+        tb = self.tb
+        stack = [(0, self.n - 1, 0, 0, self.m0)]
+        while stack:
+            s, t, h, e, m = stack.pop()
+            if s == t:
+                if t >= self.jmin:
+                    if tb.rcur[t] and not h:
+                        seq.append(ch.forward[t])
+                    seq.append(ch.backward[t])
+                continue
+            c = int(self.choice[h, e, s, t, m])
+            if c == -2:
+                stack.append((s, t, 0, e, m))
+                continue
+            k, e2 = divmod(c, 2)
+            seq.extend(ch.forward[s:k + 1])
+            rsum = tb.rpre[t + 1] - tb.rpre[k + 1]
+            stack.append((s, k, e2, e, m - rsum))  # runs second
+            stack.append((k + 1, t, h, e2, m - self._a(s - 1)))
+        return seq
