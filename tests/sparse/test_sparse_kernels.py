@@ -8,6 +8,7 @@ import scipy.sparse as sp
 
 from thrifty.graph.ops import softmax_ref
 from thrifty.sparse import kernels as K
+from thrifty.sparse.masked import masked_rows
 
 DTYPES = ["float64", "float32", "complex128", "int64"]
 
@@ -64,7 +65,7 @@ def test_masked_spgemm_rows_equals_masked_scipy_product(dtype):
     A, B = _matrix(40, 30, 0.15, dtype, 7), _matrix(30, 35, 0.15, dtype, 8)
     M = _matrix(40, 35, 0.3, "float64", 9)
     out = np.empty(M.nnz, dtype=dtype)
-    K.masked_spgemm_rows(A, B, M, out, 0, 40)
+    masked_rows(A, B, M, None, out, 0, 40)
     full = (A @ B).toarray()
     rows = np.repeat(np.arange(40), np.diff(M.indptr))
     np.testing.assert_allclose(out, full[rows, M.indices], rtol=1e-5 if dtype == "float32"
@@ -75,7 +76,7 @@ def test_masked_spgemm_counts_triangles():
     """Triangle counting: sum((L @ L) * L) for a 4-clique is 4."""
     L = sp.csr_array(np.tril(np.ones((4, 4)), -1))
     out = np.empty(L.nnz)
-    K.masked_spgemm_rows(L, L, L, out, 0, 4)
+    masked_rows(L, L, L, None, out, 0, 4)
     assert out.sum() == 4
 
 

@@ -40,7 +40,7 @@ import scipy.sparse as sp
 from thrifty.errors import PatternError
 
 __all__ = [
-    "spmm_rows", "spmv_rows", "sddmm_rows", "masked_spgemm_rows", "masked_dot_rows",
+    "spmm_rows", "spmv_rows", "sddmm_rows", "masked_dot_rows",
     "masked_softmax_rows",
     "panel_gemm", "csr_from_parts", "same_values", "BufferPool", "check_indices",
     "indices_ok", "POOL_MIN_BYTES",
@@ -262,25 +262,6 @@ def _sddmm(indptr, indices, X, Yt, out, r0, r1):  # pragma: no cover - compiled
 
 
 @_jit
-def _masked_spgemm(aip, aix, adata, bip, bix, bdata, mip, mix, out, pos, r0, r1):
-    # pragma: no cover - compiled
-    base = mip[r0]
-    for i in range(r0, r1):
-        for p in range(mip[i], mip[i + 1]):
-            pos[mix[p]] = p - base
-            out[p - base] = 0
-        for pa in range(aip[i], aip[i + 1]):
-            k = aix[pa]
-            a = adata[pa]
-            for pb in range(bip[k], bip[k + 1]):
-                q = pos[bix[pb]]
-                if q >= 0:
-                    out[q] += a * bdata[pb]
-        for p in range(mip[i], mip[i + 1]):
-            pos[mix[p]] = -1
-
-
-@_jit
 def _masked_dot(aip, aix, adata, btp, btx, btdata, mip, mix, out, r0, r1):
     # pragma: no cover - compiled
     base = mip[r0]
@@ -393,21 +374,6 @@ def sddmm_rows(indptr: np.ndarray, indices: np.ndarray, X: np.ndarray, Yt: np.nd
     [3.0, 3.0]
     """
     _sddmm(indptr, indices, X, Yt, out, r0, r1)
-
-
-def masked_spgemm_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, out: np.ndarray,
-                       r0: int, r1: int) -> None:
-    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order).
-
-    Example
-    -------
-    >>> L = sp.csr_array(np.tril(np.ones((3, 3)), -1)); out = np.empty(L.nnz)
-    >>> masked_spgemm_rows(L, L, L, out, 0, 3); out.tolist()
-    [0.0, 1.0, 0.0]
-    """
-    pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
-    _masked_spgemm(A.indptr, A.indices, A.data, B.indptr, B.indices, B.data,
-                   M.indptr, M.indices, out, pos, r0, r1)
 
 
 def masked_dot_rows(A: sp.csr_array, Bt: sp.csr_array, M: sp.csr_array, out: np.ndarray,

@@ -19,6 +19,7 @@ from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
+from thrifty.sparse.masked import masked_rows
 from thrifty.sparse.pattern import Pattern
 from thrifty.sparse.sddmm import plan_blocks
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
@@ -365,7 +366,7 @@ def _masked_hits(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array | None) -> in
     a = K.csr_from_parts(np.ones(A.nnz), A.indices, A.indptr, A.shape)
     b = K.csr_from_parts(np.ones(B.nnz), B.indices, B.indptr, B.shape)
     out = np.empty(M.nnz)
-    K.masked_spgemm_rows(a, b, M, out, 0, M.shape[0])
+    masked_rows(a, b, M, None, out, 0, M.shape[0])
     return int(out.sum())
 
 

@@ -208,19 +208,6 @@ class SddmmPanel:
         return out[p0:p1]
 
 
-class MaskedSpgemmPanel:
-    def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str) -> None:
-        self.r0, self.r1, self.P, self.dtype = r0, r1, P, dtype
-
-    def __call__(self, out: np.ndarray, A: sp.csr_array, B: sp.csr_array) -> np.ndarray:
-        P = self.P
-        p0, p1 = P.indptr[self.r0], P.indptr[self.r1]
-        A = A if A.dtype == self.dtype else A.astype(self.dtype)
-        B = B if B.dtype == self.dtype else B.astype(self.dtype)
-        K.masked_spgemm_rows(A, B, P, out[p0:p1], self.r0, self.r1)
-        return out[p0:p1]
-
-
 class MaskedDotPanel:
     def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str) -> None:
         self.r0, self.r1, self.P, self.dtype = r0, r1, P, dtype
