@@ -41,9 +41,10 @@ TILES = (16, 32, 64)
 @numba.njit(nogil=True, cache=True)
 def _dots(rows, cols, pos, X, Yt, out):  # pragma: no cover - compiled
     d = X.shape[1]
+    zero = np.zeros(1, dtype=out.dtype)[0]  # not out[...] * 0: out is uninitialised
     for e in range(rows.shape[0]):
         xi, yj = X[rows[e]], Yt[cols[e]]
-        s = out[pos[e]] * 0
+        s = zero
         for c in range(d):
             s += xi[c] * yj[c]
         out[pos[e]] = s
