@@ -454,14 +454,24 @@ def test_a_cyclic_dot_file_names_file_and_cycle(tmp_path: Path) -> None:
      "thrifty", "attrs cannot be written as JSON"),
     (TaskGraph([Task("a", writes=("a",), time=float("inf"))], [Buffer("a", 1, "a")]), "dot",
      "files hold finite times"),
-    (TaskGraph([Task("buffer x", writes=("q",)), Task("r", writes=("x",))],
-               [Buffer("q", 1, "buffer x"), Buffer("x", 1, "r")]), "dot",
-     "would share the DOT node name"),
 ])
 def test_graphs_a_format_cannot_hold_are_refused(tmp_path: Path, g: TaskGraph, fmt: str,
                                                  message: str) -> None:
     with pytest.raises(GraphError, match=message):
         save_taskgraph(g, tmp_path / ("g.dot" if fmt == "dot" else "g.json"), format=fmt)
+
+
+@pytest.mark.parametrize("g", [
+    TaskGraph([Task(0), Task("0"), Task("0 #2")], []),  # int and str ids of the same text
+    TaskGraph([Task(0, reads=("0",), writes=(0,)),
+               Task("0", reads=(0,), writes=(("out", 1),))],
+              [Buffer("0", 8), Buffer(0, 4, 0), Buffer(("out", 1), 2, "0")], results=[0, "0"]),
+    TaskGraph([Task("buffer x", writes=("q",)), Task("r", writes=("x",))],
+              [Buffer("q", 1, "buffer x"), Buffer("x", 1, "r")]),  # a task named as a buffer
+], ids=["int-and-str", "buffers-too", "task-named-buffer"])
+def test_ids_of_the_same_text_get_distinct_dot_nodes(g: TaskGraph) -> None:
+    text = taskgraph_to_dot(g)
+    assert taskgraph_diff(g, taskgraph_from_dot(text).graph, names=True) == []
 
 
 @pytest.mark.parametrize(("name", "fmt", "message"), [

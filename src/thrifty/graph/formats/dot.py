@@ -404,9 +404,9 @@ def taskgraph_to_dot(g: TaskGraph | TaskGraphFile) -> str:
         lines.append(f"  attrs={_quote(json.dumps(file_attrs, allow_nan=False))};")
     lines.append("  node [shape=box];")
     own: dict[Hashable, str] = {}  # buffer id -> node name, for buffers folded into a task
-    names: set[str] = set()
+    tnode, bnode = _node_names(g)
     for t in g.tasks.values():
-        name = _id_name(t.id, "task id")
+        name = tnode[t.id]
         a = [f"time={_dot_float(t.time, g.name, t.id)}"]
         if t.writes and t.writes[0] == t.id:
             own[t.id] = name
@@ -420,30 +420,49 @@ def taskgraph_to_dot(g: TaskGraph | TaskGraphFile) -> str:
             a.append(f"attrs={_quote(json.dumps(dict(t.attrs), allow_nan=False))}")
         if _dot_name_id(name) != t.id or type(_dot_name_id(name)) is not type(t.id):
             a.append(f"id={_quote(_json_id(t.id))}")
-        names.add(name)
         lines.append(f"  {_quote(name)} [{', '.join(a)}];")
     buf_node: dict[Hashable, str] = dict(own)
     for b in g.buffers.values():
         if b.id in own:
             continue
-        name = "buffer " + _id_name(b.id, "buffer id")
-        if name in names:
-            raise GraphError(f"{g.name}: buffer {show(b.id)} would share the DOT node name "
-                             f"{show(name)} with a task; rename one")
-        names.add(name)
-        buf_node[b.id] = name
+        name = buf_node[b.id] = bnode[b.id]
         lines.append(f"  {_quote(name)} [kind=buffer, shape=ellipse, size={b.size}, "
                      f"id={_quote(_json_id(b.id))}];")
     for t in g.tasks.values():
         for w in t.writes:
             if w not in own:
-                lines.append(f"  {_quote(_id_name(t.id, 'task id'))} -> {_quote(buf_node[w])};")
+                lines.append(f"  {_quote(tnode[t.id])} -> {_quote(buf_node[w])};")
     for t in g.tasks.values():
-        tname = _quote(_id_name(t.id, "task id"))
+        tname = _quote(tnode[t.id])
         for r in t.reads:
             lines.append(f"  {_quote(buf_node[r])} -> {tname};")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _node_names(g: TaskGraph) -> tuple[dict[Hashable, str], dict[Hashable, str]]:
+    """A distinct DOT node name per task and per buffer not folded into its task.
+
+    A node's name is its id's text (``"buffer "`` before a buffer's); ids whose texts
+    coincide (the integer ``0`` and the string ``"0"``, a task and a buffer both named
+    ``x``) keep the first name, and the others get ``"NAME #k"``, unused by any id: their
+    real id travels in the node's ``id`` attribute, which the reader prefers."""
+    tnat = {t.id: _id_name(t.id, "task id") for t in g.tasks.values()}
+    folded = {t.id for t in g.tasks.values() if t.writes and t.writes[0] == t.id}
+    bnat = {b.id: "buffer " + _id_name(b.id, "buffer id") for b in g.buffers.values()
+            if b.id not in folded}
+    reserved = set(tnat.values()) | set(bnat.values())
+    used: set[str] = set()
+
+    def pick(natural: str) -> str:
+        name, k = natural, 2
+        while name in used or (name != natural and name in reserved):
+            name, k = f"{natural} #{k}", k + 1
+        used.add(name)
+        return name
+
+    tnode = {tid: pick(n) for tid, n in tnat.items()}
+    return tnode, {bid: pick(n) for bid, n in bnat.items()}
 
 
 def _id_name(x: Hashable, what: str) -> str:
