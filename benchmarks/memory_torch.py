@@ -208,7 +208,13 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
             m = fresh()
             be = tt.backend(budget=f, partitioner=part, time_limit=time_limit)
             t0 = time.perf_counter()
-            r = measure(m, torch.compile(m, backend=be), x, repeats, be)
+            try:
+                r = measure(m, torch.compile(m, backend=be), x, repeats, be)
+            except RuntimeError as e:  # a partition that fails in training: a row saying so
+                torch._dynamo.reset()
+                rows.append({"model": name, "method": part, "budget": f,
+                             "error": str(e).split("\n")[0][:200]})
+                continue
             r["flops"] += ref["flops"]
             wall = time.perf_counter() - t0
             torch._dynamo.reset()
@@ -217,6 +223,9 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
                          "compile_and_measure_s": wall,
                          "partition_s": sum(g.seconds for g in be.reports)})
         for r in rows[-2:]:
+            if "error" in r:
+                print(f"  {name} {r['method']} {f}: FAILED: {r['error']}", flush=True)
+                continue
             print(f"  {name} {r['method']} {f}: saved {r['saved']:.2f} peak {r['peak']:.2f} "
                   f"time {r['time']:.2f} +flops {r['extra_flops']:.3f} "
                   f"grads {'equal' if r['grads_equal'] else 'DIFF'}", flush=True)
@@ -265,6 +274,10 @@ def main() -> None:
     for c in ("model", "method", "budget", "saved", "peak", "time", "+flops", "grads"):
         table.add_column(c, justify="left" if c in ("model", "method") else "right")
     for r in rows:
+        if "error" in r:
+            table.add_row(r["model"], r["method"], f"{r['budget']:.1f}", "failed", "", "", "",
+                          "")
+            continue
         table.add_row(r["model"], r["method"] + (" (fallback)" if r.get("fallback") else ""),
                       "-" if r["budget"] is None else f"{r['budget']:.1f}",
                       f"{r['saved']:.2f}", f"{r['peak']:.2f}", f"{r['time']:.2f}",

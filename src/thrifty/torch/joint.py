@@ -10,7 +10,8 @@ backward graph (which recomputes whatever forward value it needs and was not sav
 whose memory is exactly the *activation* memory the partition decides about:
 
 * every ATen call is a :class:`Task` (``attrs``: ``op``, ``flops``, ``backward``,
-  ``random``: a forward op never to recompute, see :func:`_is_pinned`); view-like ops and
+  ``random``: a forward op never to recompute: see :func:`_is_pinned`, and an op reading an
+  input the step overwrites, see :func:`mutated_inputs`); view-like ops and
   tuple ``getitem`` allocate nothing and alias the buffer they read;
 * a forward op's outputs are buffers of their real size (``numel * itemsize`` from the
   tensor metadata AOTAutograd propagated), and so are the inputs named ``active``
@@ -93,6 +94,20 @@ def _is_pinned(node: Any) -> bool:
             or _op_name(node.target).endswith("_functional"))
 
 
+def mutated_inputs(joint: Any) -> set[str]:
+    """Names of the placeholders a training step overwrites (a buffer updated in place, such
+    as batch norm's running statistics): AOTAutograd copies the new values into them after
+    the forward, so a forward op that reads one must not run again in the backward (it
+    would read the new values, and autograd rejects the saved input as modified). Found
+    from the descriptors AOTAutograd puts on the joint graph's output and placeholders."""
+    out = joint.graph.find_nodes(op="output")
+    descs = out[0].meta.get("desc") if out else None
+    wanted = [getattr(d, "mutated_input", None) for d in descs or ()]
+    wanted = [d for d in wanted if d is not None]
+    return {n.name for n in joint.graph.find_nodes(op="placeholder")
+            if n.meta.get("desc") is not None and n.meta.get("desc") in wanted}
+
+
 def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointGraph:
     """The activation-memory TaskGraph of an AOTAutograd joint graph (see the module doc).
 
@@ -102,6 +117,7 @@ def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointG
     fwd = forward_node_names(joint)
     primals = [n for n in joint.graph.nodes if n.op == "placeholder" and _is_primal(n)]
     sized = {primals[i] for i in active if i < len(primals)}
+    mutated = {f"in:{n}" for n in mutated_inputs(joint)}
     tasks: list[Task] = []
     buffers: dict[Hashable, Buffer] = {}
     jg = JointGraph(TaskGraph([], []), [], fwd)
@@ -136,7 +152,8 @@ def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointG
                 tasks.append(Task(tid, reads=tuple(dict.fromkeys(reads)), writes=writes,
                                   time=flops / NOMINAL_FLOPS + moved / NOMINAL_BYTES_PER_S,
                                   attrs={"backward": backward, "op": _op_name(node.target),
-                                         "flops": flops, "random": _is_pinned(node)}))
+                                         "flops": flops, "random": _is_pinned(node) or (
+                                             not backward and bool(mutated & set(reads)))}))
                 jg.task_of[node.name] = tid
                 jg.order.append(tid)
         elif node.op == "output":
