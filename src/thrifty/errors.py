@@ -59,5 +59,10 @@ class InfeasibleBudget(ThriftyError, ValueError):
         self.smallest = smallest
 
 
+class BudgetNotMet(UserWarning):
+    """A memory budget that could not be met where raising would stop the user's program
+    (a ``torch.compile`` backend): the message says what was reached instead."""
+
+
 class FormatError(ThriftyError, ValueError):
     """An unknown or misused number format, rounding mode or saturation mode."""

@@ -47,11 +47,12 @@ import contextlib
 import functools
 import operator
 import time
+import warnings
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Any
 
-from thrifty.errors import InfeasibleBudget, PlanError
+from thrifty.errors import BudgetNotMet, InfeasibleBudget, PlanError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.torch.joint import JointGraph, joint_taskgraph
 
@@ -277,7 +278,16 @@ class Backend:
             return cut, set()
         report.fallback = True
         report.planner = "recompute all"
-        return {t for t in jg.forward_tasks() if not g.tasks[t].attrs["random"]}, set()
+        everything = {t for t in jg.forward_tasks() if not g.tasks[t].attrs["random"]}
+        least = _saved_bytes(jg, everything)
+        if least > limit:
+            warnings.warn(BudgetNotMet(
+                f"thrifty.torch: a compiled graph saves {least} activation bytes for backward "
+                f"even with every forward op recomputed that may be (not random ops, not ops "
+                f"reading a buffer the step overwrites); its budget is {limit} bytes "
+                f"({limit / max(1, report.eager_saved):.2f} of eager's {report.eager_saved}). "
+                "Raise the budget, or pass offload_bandwidth to offload"), stacklevel=2)
+        return everything, set()
 
     def _plan(self, jg: JointGraph,
               report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
