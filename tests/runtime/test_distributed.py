@@ -89,6 +89,11 @@ def test_inputs_are_scattered_once_and_again_when_they_change(client):
     held = _scattered(client)
     assert_eq(plan.run({"A": A, "X": X}, scheduler=client), A @ X, rtol=1e-12, atol=1e-12)
     assert _scattered(client) >= held
+    # the same objects changed in place (one value, one entry of X): sent again, never stale
+    A.data[A.nnz // 2 + 3] += 1.0
+    X[5, 1] -= 2.0
+    assert_eq(cluster_plan.run({"A": A, "X": X}), A @ X, rtol=1e-12, atol=1e-12)
+    assert_eq(plan.run({"A": A, "X": X}, scheduler=client), A @ X, rtol=1e-12, atol=1e-12)
 
 
 def test_a_gcn_on_the_cluster_equals_the_dense_reference(client):

@@ -6,9 +6,8 @@
 * **inputs scattered once**: each input is sent to the workers on its first run (or by
   :meth:`DistributedPlan.scatter`) and kept there; a later run with the same input objects
   sends nothing again. "The same" is the objects' identity (their arrays' identity for a
-  sparse matrix) plus a cheap check (shape, dtype and up to 64 sampled values). An input
-  changed in place where no sample falls is not seen: treat scattered inputs as read-only,
-  or call :meth:`DistributedPlan.forget` after changing one.
+  sparse matrix) plus their shape, dtype and a CRC-32 of their whole content, so an input
+  changed in place is sent again (:meth:`DistributedPlan.forget` drops what was sent).
 * **panels placed by data**: a sparse input read only by row-panel kernels (SpMV, SpMM,
   fused ``SpMM → elementwise``) is not sent whole. Its panels are split into one contiguous
   block of rows per worker, balanced by nonzeros, and each panel's rows are scattered to
@@ -45,6 +44,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import uuid
+import zlib
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -59,9 +59,6 @@ if TYPE_CHECKING:
     from thrifty.runtime.sparse_run import RunnablePlan
 
 __all__ = ["DistributedPlan", "handle_for"]
-
-_SAMPLES = 64
-
 
 def _rebased(fn: Any) -> Any:
     """The panel callable ``fn`` writing its rows from row 0 of an output of its own rows
@@ -165,8 +162,9 @@ def _place(A: Any, ranges: Sequence[tuple[int, int]], workers: Sequence[str]
 
 
 def _stamp(value: Any) -> tuple[Any, ...]:
-    """What identifies an input cheaply: its arrays' identity, shape and dtype, and up to
-    :data:`_SAMPLES` evenly spaced values."""
+    """What identifies an input: its arrays' identity, shape and dtype, and a CRC-32 of
+    each array's whole content (about 0.4 ms per MB here: a value changed in place is
+    seen, so it is sent again)."""
     arrays: tuple[Any, ...]
     if sp.issparse(value):
         arrays = (value.data, value.indices, value.indptr)
@@ -174,8 +172,8 @@ def _stamp(value: Any) -> tuple[Any, ...]:
         arrays = (np.asarray(value),)
     parts: list[Any] = [type(value), getattr(value, "shape", None)]
     for a in arrays:
-        at = np.linspace(0, max(a.size - 1, 0), min(a.size, _SAMPLES)).astype(np.intp)
-        parts += [id(a), a.shape, a.dtype.str, a.flat[at].tobytes()]  # no copy of ``a``
+        flat = np.ascontiguousarray(a).reshape(-1)  # 1-D: empty shapes cast too
+        parts += [id(a), a.shape, a.dtype.str, zlib.crc32(flat.data.cast("B"))]
     return tuple(parts)
 
 
