@@ -256,9 +256,10 @@ class DistributedPlan:
                                "them) before running a plan on it")
         return workers
 
-    def _send(self, buf: Hashable, value: Any) -> _Sent:
-        """Scatter one input (whole, broadcast, or as placed row pieces)."""
-        sent = _Sent(value, _stamp(value))
+    def _send(self, buf: Hashable, value: Any, stamp: tuple[Any, ...] | None = None) -> _Sent:
+        """Scatter one input (whole, broadcast, or as placed row pieces); ``stamp``: its
+        :func:`_stamp`, when the caller has it already (a CRC of the whole content)."""
+        sent = _Sent(value, _stamp(value) if stamp is None else stamp)
         ranges = self._ranges.get(buf)
         if ranges is None:
             sent.whole = self.client.scatter(value, hash=False,
@@ -282,11 +283,12 @@ class DistributedPlan:
         t0 = time.perf_counter()
         for buf, value in feed.items():
             sent = self._sent.get(buf)
-            if sent is not None and not sent.lost() and sent.stamp == _stamp(value):
+            stamp = _stamp(value)
+            if sent is not None and not sent.lost() and sent.stamp == stamp:
                 continue
             if sent is not None:
                 self.client.cancel(sent.futures())
-            self._sent[buf] = self._send(buf, value)
+            self._sent[buf] = self._send(buf, value, stamp)
         return time.perf_counter() - t0
 
     def scatter(self, inputs: Mapping[str, Any]) -> float:
