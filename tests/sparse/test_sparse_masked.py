@@ -1,6 +1,7 @@
-"""Masked SpGEMM ``(A @ B) * S``: the mask-driven kernel, with ``S``'s values applied in the
-kernel, against the dense reference (values and structure) on collection matrices and
-hypothesis-generated operands (empty rows and columns, rectangular, float32 and float64).
+"""Masked SpGEMM ``(A @ B) * S``: the mask-driven kernels (recorded pairs, Gustavson rows,
+merged dot products), with ``S``'s values applied in the kernel, against the dense
+reference (values and structure) on collection matrices and hypothesis-generated operands
+(empty rows and columns, rectangular, float32 and float64).
 
 Values are small integers, so every result is exact.
 """
@@ -15,8 +16,9 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.sparse_run import specialize
+from thrifty.sparse import lower_matmul
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.masked import masked_rows
+from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows
 from thrifty.testing import shared_data_dir
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)
@@ -32,9 +34,12 @@ def _int_csr(n: int, m: int, density: float, rng: np.random.Generator, empty: fl
     return sp.csr_array(A).astype(dtype)
 
 
-def _plan(f, inputs, cost=None):
+def _plan(f, inputs, cost=None, pairs=True):
     tr = th.program(f).traced(**inputs)
-    return specialize(tr.graph, inputs, structure=tr.structure, cost=cost)
+    with pytest.MonkeyPatch.context() as mp:
+        if not pairs:  # the row walk (or dot products) wherever pairs would be recorded
+            mp.setattr(lower_matmul, "PAIRS_SHARE", -1.0)
+        return specialize(tr.graph, inputs, structure=tr.structure, cost=cost)
 
 
 def _check(plan, inputs, want: np.ndarray, sparse: bool = True) -> None:
@@ -53,16 +58,22 @@ def _check(plan, inputs, want: np.ndarray, sparse: bool = True) -> None:
 @given(n=st.integers(1, 50), k=st.integers(1, 50), m=st.integers(1, 50),
        d=st.tuples(st.floats(0, 0.4), st.floats(0, 0.4), st.floats(0, 0.4)),
        empty=st.floats(0, 0.6), mask_first=st.booleans(), tasks=st.booleans(),
-       dtype=st.sampled_from(["float32", "float64"]), seed=st.integers(0, 2**16))
+       pairs=st.booleans(), dtype=st.sampled_from(["float32", "float64"]),
+       seed=st.integers(0, 2**16))
 def test_random_masked_products_equal_dense_reference(n, k, m, d, empty, mask_first, tasks,
-                                                      dtype, seed):
+                                                      pairs, dtype, seed):
     rng = np.random.default_rng(seed)
     A, B = _int_csr(n, k, d[0], rng, empty, dtype), _int_csr(k, m, d[1], rng, empty, dtype)
     S = _int_csr(n, m, d[2], rng, empty, dtype)
     inputs = {"A": A, "B": B, "S": S}
     f = (lambda A, B, S: S * (A @ B)) if mask_first else (lambda A, B, S: (A @ B) * S)
-    plan = _plan(f, inputs, PANELS if tasks else None)
-    _check(plan, inputs, (A.toarray() @ B.toarray()) * S.toarray(), sparse=False)
+    plan = _plan(f, inputs, PANELS if tasks else None, pairs)
+    want = (A.toarray() @ B.toarray()) * S.toarray()
+    _check(plan, inputs, want, sparse=False)
+    # stored entries: exactly the mask entries where a row of A meets a column of B
+    out = plan.propagation.effective[plan.graph.outputs[0]].elements
+    reach = ((A.toarray() != 0).astype(int) @ (B.toarray() != 0).astype(int)) > 0
+    np.testing.assert_array_equal(out.toarray(), reach & (S.toarray() != 0))
 
 
 def test_triangle_product_fuses_the_mask_product():
@@ -71,12 +82,49 @@ def test_triangle_product_fuses_the_mask_product():
     L = sp.csr_array(sp.tril(G + G.T, -1))
     L.data[:] = rng.integers(1, 4, L.nnz)
     for cost in (None, PANELS):
-        plan = _plan(lambda L: (L @ L) * L, {"L": L}, cost)
-        kernels = plan.report()["kernels"]
-        assert kernels["fused_mul"] == 1 and "elementwise_csr" not in kernels
-        assert kernels["masked_spgemm"] >= (2 if cost is PANELS else 1)
-        D = L.toarray()
-        _check(plan, {"L": L}, (D @ D) * D)
+        for pairs in (True, False):
+            plan = _plan(lambda L: (L @ L) * L, {"L": L}, cost, pairs)
+            kernels = plan.report()["kernels"]
+            assert kernels["fused_mul"] == 1 and "elementwise_csr" not in kernels
+            kernel = "masked_spgemm_pairs" if pairs else "masked_spgemm"
+            assert kernels[kernel] >= (2 if cost is PANELS else 1), kernels
+            D = L.toarray()
+            _check(plan, {"L": L}, (D @ D) * D)
+            L2 = sp.csr_array((L.data[::-1] - 2.5, L.indices, L.indptr), shape=L.shape)
+            D2 = L2.toarray()  # new values on the same pattern
+            _check(plan, {"L": L2}, (D2 @ D2) * D2)
+
+
+def test_grid_triangle_product_is_structurally_empty():
+    # a grid graph has no triangles: no entry of L @ L lands on L, none is stored or computed
+    from thrifty.front.matrices import poisson2d
+
+    L = sp.csr_array(sp.tril(poisson2d(30), -1))
+    plan = _plan(lambda L: (L @ L) * L, {"L": L})
+    got = plan.run({"L": L})
+    assert sp.issparse(got) and got.nnz == 0 and got.shape == L.shape
+    assert plan.report()["useful_flops"] == 0
+    assert sp.csr_array((L @ L).multiply(L)).count_nonzero() == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), k=st.integers(1, 30), m=st.integers(1, 30),
+       d=st.floats(0, 0.5), seed=st.integers(0, 2**16))
+def test_recorded_pairs_are_the_products_terms(n, k, m, d, seed):
+    rng = np.random.default_rng(seed)
+    A = _int_csr(n, k, d, rng, 0.2, "float64")
+    B = _int_csr(k, m, d, rng, 0.2, "float64")
+    M = _int_csr(n, m, d, rng, 0.2, "float64")
+    ptr, ia, ib = masked_pairs(A, B, M)
+    np.testing.assert_array_equal(np.diff(ptr), masked_counts(A, B, M))
+    rows = np.repeat(np.arange(n), np.diff(M.indptr))
+    arow = np.repeat(np.arange(n), np.diff(A.indptr))
+    brow = np.repeat(np.arange(k), np.diff(B.indptr))
+    for p in range(M.nnz):  # brute force: every (a_ik, b_kj) with (i, j) the mask entry
+        i, j = rows[p], M.indices[p]
+        want = [(pa, pb) for pa in np.flatnonzero(arow == i)
+                for pb in np.flatnonzero((brow == A.indices[pa]) & (B.indices == j))]
+        assert list(zip(ia[ptr[p]:ptr[p + 1]], ib[ptr[p]:ptr[p + 1]])) == want
 
 
 def test_masked_rows_scales_by_mask_values_at_given_positions():
@@ -104,9 +152,9 @@ def test_collection_triangle_products_equal_scipy_compute_then_mask(name):
     A = load_matrix(root / "matrices" / name)
     L = sp.csr_array(sp.tril(A, -1))
     L.data[:] = np.arange(L.nnz) % 5 + 1.0
-    plan = _plan(lambda L: (L @ L) * L, {"L": L}, PANELS)
     want = sp.csr_array((L @ L).multiply(L))
-    for scheduler in (None, "sync"):
+    for scheduler, pairs in ((None, True), ("sync", True), (None, False)):
+        plan = _plan(lambda L: (L @ L) * L, {"L": L}, PANELS, pairs)
         got = plan.run({"L": L}, scheduler=scheduler)
         assert sp.issparse(got)
         assert abs(got - want).max() == 0

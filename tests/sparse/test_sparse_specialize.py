@@ -58,7 +58,7 @@ def test_plan_equals_dense_reference_under_every_scheduler(case, scheduler):
 
 
 @pytest.mark.parametrize(("case", "kernel"), [
-    ("gcn", "spmm_csr"), ("sddmm", "sddmm"), ("masked-spgemm", "masked_spgemm"),
+    ("gcn", "spmm_csr"), ("sddmm", "sddmm"), ("masked-spgemm", "masked_spgemm_pairs"),
     ("attention", "masked_softmax"), ("attention", "sddmm"), ("spmv", "spmv_scipy")])
 def test_kernel_detection(case, kernel):
     prog, inputs = CASES[case]
@@ -225,13 +225,20 @@ def test_specialize_function_directly_and_multiple_outputs():
     assert_eq(r, np.maximum(A.toarray(), 0))
 
 
-def test_a_sparse_mask_on_a_dense_product_picks_the_dot_form():
+@pytest.mark.parametrize(("pairs", "kernel"), [(True, "masked_spgemm_pairs"),
+                                               (False, "masked_spgemm_dot")])
+def test_a_sparse_mask_on_a_dense_product_picks_pairs_or_the_dot_form(pairs, kernel,
+                                                                       monkeypatch):
+    from thrifty.sparse import lower_matmul
+
+    if not pairs:  # no pairs recorded: dot products, which visit fewer pairs than rows
+        monkeypatch.setattr(lower_matmul, "PAIRS_SHARE", -1.0)
     rng = np.random.default_rng(11)
     A = sp.random_array((300, 300), density=0.3, format="csr", rng=rng)
     M = sp.random_array((300, 300), density=0.002, format="csr", rng=rng)
     prog = th.program(lambda A, M: (A @ A) * M)
     plan = prog.specialize(A=A, M=M)
-    assert plan.report()["kernels"].get("masked_spgemm_dot") == 1
+    assert plan.report()["kernels"].get(kernel) == 1
     got = plan(A=A, M=M)
     assert sp.issparse(got)
     assert_eq(got, _reference(prog, {"A": A, "M": M}), rtol=1e-10, atol=1e-13)

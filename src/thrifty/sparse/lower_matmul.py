@@ -19,16 +19,19 @@ from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
-from thrifty.sparse.masked import masked_rows
-from thrifty.sparse.pattern import Pattern
+from thrifty.sparse.masked import masked_counts, masked_pairs
+from thrifty.sparse.pattern import MASKED_PRODUCT_LIMIT, Pattern
 from thrifty.sparse.sddmm import plan_blocks
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
 from thrifty.sparse.transpose import transpose_pattern
 
 __all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 
-#: Above this many visited pairs, a masked product's flops are not counted exactly.
-EXACT_COUNT_LIMIT = 10**6
+#: A masked product records its pairs (two indices each) when they are at most this share
+#: of the pairs a row walk visits ...
+PAIRS_SHARE = 0.5
+#: ... and take at most this many bytes.
+PAIRS_BYTES_LIMIT = 1 << 30
 
 
 def lower_matmul(b: Builder, node: Node) -> Value:
@@ -56,7 +59,7 @@ def lower_matmul(b: Builder, node: Node) -> Value:
     if va.kind == "csr" and vb.kind == "dense":
         return _lower_csr_dense(b, node, va, vb, shape_b)
     if va.kind == "csr" and vb.kind == "csr":
-        flops = 2 * _masked_hits(va.struct, vb.struct, None)  # type: ignore[arg-type]
+        flops = 2 * _masked_hits(va.struct, vb.struct)  # type: ignore[arg-type]
         b.flops(flops)
         return Value(b.task(f"v{node.id}", "spgemm", {"dtype": dtype, "sparse_out": False},
                             [va.buffer, vb.buffer], nbytes(node.type.shape, dtype),
@@ -172,28 +175,31 @@ def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
 
 def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
                          P: sp.csr_array) -> Value:
-    """CSR @ CSR on mask ``P``: Gustavson rows, or one merged dot product per mask entry
-    where that visits markedly fewer pairs."""
+    """CSR @ CSR on mask ``P``: the recorded pairs of each entry where they are few next
+    to the pairs a row walk visits, else Gustavson rows, or one merged dot product per
+    mask entry where that visits markedly fewer pairs."""
     dtype = node.type.dtype
     Sa, Sb = va.struct, vb.struct
     assert Sa is not None and Sb is not None
-    brow = np.diff(Sb.indptr).astype(np.float64)
-    row_work = np.zeros(P.shape[0]) if Sa.nnz == 0 else np.add.reduceat(
-        np.concatenate([brow[Sa.indices], [0.0]]),
-        np.minimum(Sa.indptr[:-1], Sa.nnz)) * (np.diff(Sa.indptr) > 0)
+    # pairs a row walk visits, per row: rows without mask entries are skipped
+    cs = np.zeros(Sa.nnz + 1)
+    np.cumsum(np.diff(Sb.indptr)[Sa.indices], out=cs[1:])
+    row_work = (cs[Sa.indptr[1:]] - cs[Sa.indptr[:-1]]) * (np.diff(P.indptr) > 0)
     cum = np.concatenate([[0.0], np.cumsum(row_work + np.diff(P.indptr))])
+    visits = float(cum[-1])
+    counts = masked_counts(Sa, Sb, P) if visits <= MASKED_PRODUCT_LIMIT else None
+    hits = int(counts.sum()) if counts is not None else int(visits)
+    b.flops(2 * hits)
+    if counts is not None and hits <= PAIRS_SHARE * visits and \
+            8 * hits <= PAIRS_BYTES_LIMIT:
+        return _lower_pairs(b, node, va, vb, P, counts, _mask_scale(b, node, P))
     # the dot-product form merges a row of A with a column of B per mask entry
     bcol = np.bincount(Sb.indices, minlength=Sb.shape[1]).astype(np.float64)
     arow = np.diff(Sa.indptr).astype(np.float64)
     prow = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
     dot_cum = np.concatenate([[0.0], np.cumsum(arow[prow] + bcol[P.indices])])[P.indptr]
-    dot = float(dot_cum[-1]) + 4.0 * Sb.nnz < 0.7 * float(cum[-1])
+    dot = float(dot_cum[-1]) + 4.0 * Sb.nnz < 0.7 * visits
     work = dot_cum if dot else cum
-    # multiply-adds landing on the mask: counted exactly when cheap, else bounded by the
-    # pairs the kernel visits
-    visits = int(work[-1])
-    hits = _masked_hits(Sa, Sb, P) if visits <= EXACT_COUNT_LIMIT else visits
-    b.flops(2 * hits)
     reads = [va.buffer, vb.buffer]
     spos = None
     if dot:
@@ -218,6 +224,32 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
                     reads, secs, P)
 
 
+def _lower_pairs(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
+                 counts: np.ndarray, scale: tuple[int, str, np.ndarray] | None) -> Value:
+    """A masked product run from the pairs recorded at inspection: per task, its entries'
+    pairs (a slice, so that a task sent to another process carries only its own)."""
+    dtype = node.type.dtype
+    ptr, ia, ib = masked_pairs(va.struct, vb.struct, P, counts)  # type: ignore[arg-type]
+    secs = registry.seconds("masked_spgemm_pairs", b.cost, pairs=float(ptr[-1]), nnz=P.nnz)
+    ranges = split_rows((ptr + np.arange(P.nnz + 1))[P.indptr].astype(np.float64),
+                        b.cost.n_tasks(secs))
+    reads = [va.buffer, vb.buffer]
+    spos = None
+    if scale is not None:  # (A @ B) * S, S stored on P's entries: S's values in the kernel
+        b.fuse_into[scale[0]] = node.id
+        b.fused.add(node.id)
+        reads.append(scale[1])
+        spos = scale[2]
+
+    def attrs(r0: int, r1: int) -> dict[str, Any]:
+        p0, p1 = int(P.indptr[r0]), int(P.indptr[r1])
+        t0, t1 = int(ptr[p0]), int(ptr[p1])
+        return {"rows": (r0, r1), "pattern": P, "dtype": dtype, "scale_pos": spos,
+                "pairs": (ptr[p0:p1 + 1] - t0, ia[t0:t1], ib[t0:t1])}
+    return panelled(b, node, "mpairs", (P.nnz,), dtype, ranges,
+                    lambda r0, r1: "masked_spgemm_pairs", attrs, reads, secs, P)
+
+
 def _mask_scale(b: Builder, node: Node, P: sp.csr_array
                 ) -> tuple[int, str, np.ndarray] | None:
     """``(mul node, buffer of S, where P's entries are among S's)`` when ``node``'s only
@@ -236,6 +268,8 @@ def _mask_scale(b: Builder, node: Node, P: sp.csr_array
     vs, Pu = b.values[others[0]], sparse_out(b, u.id)
     if vs.kind != "csr" or vs.struct is None or Pu is None or not _same_pattern(Pu, P):
         return None
+    if P.nnz == 0:
+        return u.id, vs.buffer, np.zeros(0, dtype=np.int64)
     g_s = Gather("csr", P, P.shape, vs.struct)
     if g_s.kind == "same":
         return u.id, vs.buffer, np.arange(P.nnz, dtype=np.int64)
@@ -356,18 +390,12 @@ def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
     return segs
 
 
-def _masked_hits(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array | None) -> int:
-    """Multiply-adds of ``A @ B`` (those landing on ``M`` when given), without forming it."""
+def _masked_hits(A: sp.csr_array, B: sp.csr_array) -> int:
+    """Multiply-adds of ``A @ B``, without forming it."""
     if A.nnz == 0 or B.nnz == 0:
         return 0
-    if M is None:
-        cc = np.bincount(A.indices, minlength=A.shape[1]).astype(np.int64)
-        return int(np.dot(cc, np.diff(B.indptr).astype(np.int64)))
-    a = K.csr_from_parts(np.ones(A.nnz), A.indices, A.indptr, A.shape)
-    b = K.csr_from_parts(np.ones(B.nnz), B.indices, B.indptr, B.shape)
-    out = np.empty(M.nnz)
-    masked_rows(a, b, M, None, out, 0, M.shape[0])
-    return int(out.sum())
+    cc = np.bincount(A.indices, minlength=A.shape[1]).astype(np.int64)
+    return int(np.dot(cc, np.diff(B.indptr).astype(np.int64)))
 
 
 def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int) -> list[list[Seg]]:

@@ -7,6 +7,13 @@ row of ``A`` walks row ``k`` of ``B`` and accumulates only where the column is m
 Milaković et al., 2022). An elementwise product with the mask's own values is applied as
 each entry is written, so ``(L @ L) * L`` is one pass and no intermediate product exists.
 
+The same walk, run once at inspection, counts the pairs ``(a_ik, b_kj)`` landing on each
+mask entry (:func:`masked_counts`): the entries with none are structurally zero
+(the exact pattern of a masked product), and where the pairs are few next to the pairs
+visited, their positions are recorded (:func:`masked_pairs`) so that a run only multiplies
+and adds them, in the row walk's own order (:class:`MaskedPairs`: the inspector-executor
+form of a masked product, whose work per call is the useful multiply-adds alone).
+
 Example
 -------
 >>> import numpy as np, scipy.sparse as sp
@@ -24,7 +31,7 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["MaskedRows", "masked_rows"]
+__all__ = ["MaskedPairs", "MaskedRows", "masked_counts", "masked_pairs", "masked_rows"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -56,6 +63,99 @@ def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, pos, r
         if scaled:
             for p in range(m0, m1):
                 out[p - base] *= scale[spos[p]]
+
+
+@_jit
+def _count(aip, aix, bip, bix, mip, mix, pos, cnt):  # pragma: no cover - compiled
+    for i in range(mip.shape[0] - 1):
+        m0, m1 = mip[i], mip[i + 1]
+        if m0 == m1 or aip[i] == aip[i + 1]:
+            continue
+        for p in range(m0, m1):
+            pos[mix[p]] = p
+        for pa in range(aip[i], aip[i + 1]):
+            k = aix[pa]
+            for pb in range(bip[k], bip[k + 1]):
+                q = pos[bix[pb]]
+                if q >= 0:
+                    cnt[q] += 1
+        for p in range(m0, m1):
+            pos[mix[p]] = -1
+
+
+@_jit
+def _fill(aip, aix, bip, bix, mip, mix, pos, nxt, ia, ib):  # pragma: no cover - compiled
+    for i in range(mip.shape[0] - 1):
+        m0, m1 = mip[i], mip[i + 1]
+        if m0 == m1 or aip[i] == aip[i + 1]:
+            continue
+        for p in range(m0, m1):
+            pos[mix[p]] = p
+        for pa in range(aip[i], aip[i + 1]):
+            k = aix[pa]
+            for pb in range(bip[k], bip[k + 1]):
+                q = pos[bix[pb]]
+                if q >= 0:
+                    t = nxt[q]
+                    ia[t] = pa
+                    ib[t] = pb
+                    nxt[q] = t + 1
+        for p in range(m0, m1):
+            pos[mix[p]] = -1
+
+
+@_jit
+def _run_pairs(ptr, ia, ib, adata, bdata, scale, spos, zero, out):
+    # pragma: no cover - compiled
+    scaled = spos.shape[0] > 0
+    for p in range(out.shape[0]):
+        s = zero
+        for t in range(ptr[p], ptr[p + 1]):
+            s += adata[ia[t]] * bdata[ib[t]]
+        out[p] = s * scale[spos[p]] if scaled else s
+
+
+def masked_counts(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarray:
+    """How many pairs ``(a_ik, b_kj)`` of stored entries land on each stored entry of the
+    mask ``M`` (``M``'s CSR order): zero where ``A @ B`` is structurally zero.
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> masked_counts(L, L, L).tolist()  # entries (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
+    [0, 1, 0, 2, 1, 0]
+    """
+    cnt = np.zeros(M.nnz, dtype=np.int64)
+    if A.nnz and B.nnz and M.nnz:
+        pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
+        _count(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos, cnt)
+    return cnt
+
+
+def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
+                 counts: np.ndarray | None = None
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(ptr, ia, ib)``: the pairs landing on mask entry ``p`` are
+    ``A.data[ia[t]] * B.data[ib[t]]`` for ``t`` in ``[ptr[p], ptr[p + 1])``, in the order
+    of the row walk (``counts``: :func:`masked_counts`, when already known).
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> ptr, ia, ib = masked_pairs(L, L, L)
+    >>> ptr.tolist(), ia.tolist(), ib.tolist()
+    ([0, 0, 1, 1, 3, 4, 4], [2, 4, 5, 5], [0, 0, 1, 2])
+    """
+    cnt = masked_counts(A, B, M) if counts is None else counts
+    ptr = np.zeros(M.nnz + 1, dtype=np.int64)
+    np.cumsum(cnt, out=ptr[1:])
+    idx = np.int32 if max(A.nnz, B.nnz) < 2**31 else np.int64
+    ia, ib = np.empty(int(ptr[-1]), dtype=idx), np.empty(int(ptr[-1]), dtype=idx)
+    if ptr[-1]:
+        pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
+        _fill(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos,
+              ptr[:-1].copy(), ia, ib)
+    return ptr, ia, ib
 
 
 def masked_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, scale: np.ndarray | None,
@@ -91,4 +191,29 @@ class MaskedRows:
         B = B if B.dtype == self.dtype else B.astype(self.dtype)
         scale = None if S is None else np.asarray(S.data, dtype=self.dtype)
         masked_rows(A, B, P, scale, out[p0:p1], self.r0, self.r1, self.spos)
+        return out[p0:p1]
+
+
+class MaskedPairs:
+    """Entries ``[p0, p1)`` of a masked product from its recorded pairs
+    (:func:`masked_pairs`, sliced to these entries: ``ptr`` starts at 0), each times
+    ``S``'s value at ``spos[p]`` when ``spos`` is given, written into the shared output."""
+
+    def __init__(self, r0: int, r1: int, P: sp.csr_array, dtype: str,
+                 pairs: tuple[np.ndarray, np.ndarray, np.ndarray],
+                 spos: np.ndarray | None = None) -> None:
+        self.r0, self.r1, self.P, self.dtype, self.spos = r0, r1, P, dtype, spos
+        self.ptr, self.ia, self.ib = pairs
+
+    def __call__(self, out: np.ndarray, A: sp.csr_array, B: sp.csr_array,
+                 S: sp.csr_array | None = None) -> np.ndarray:
+        p0, p1 = self.P.indptr[self.r0], self.P.indptr[self.r1]
+        dt = np.dtype(self.dtype)
+        ad = np.asarray(A.data, dtype=dt)
+        bd = np.asarray(B.data, dtype=dt)
+        if S is None or self.spos is None:
+            scale, spos = np.empty(0, dtype=dt), np.empty(0, dtype=np.int64)
+        else:
+            scale, spos = np.asarray(S.data, dtype=dt), self.spos[p0:p1]
+        _run_pairs(self.ptr, self.ia, self.ib, ad, bd, scale, spos, dt.type(0), out[p0:p1])
         return out[p0:p1]

@@ -298,14 +298,50 @@ def _rule(table: Mapping[str, Any], op: str, name: str) -> Any:
 
 
 def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
-                  need: Pattern | None = None) -> Pattern:
+                  need: Pattern | None = None, memo: dict[int, tuple[Any, ...]] | None = None
+                  ) -> Pattern:
     shape = node.type.shape
     if len(shape) != 2 or node.op in ("input", "const"):
         return Pattern.dense(shape)
-    # a product needed only on a known element set is resolved at block level only: the
-    # need's elements inside the product's blocks are exact enough (and far cheaper)
+    # a product needed only on a known element set is resolved at block level, then on
+    # the need's elements alone (one mask-driven pass: never the whole product)
     exact = need is None or need.elements is None
-    return _rule(FORWARD_RULES, node.op, "forward")(graph, node, pats, exact)
+    rule = _rule(FORWARD_RULES, node.op, "forward")
+    form = _product_form(node)
+    if exact or need is None or need is _BLOCKS_ONLY or need.shape != shape or form is None:
+        return rule(graph, node, pats, exact)  # type: ignore[no-any-return]
+    key = (pats[node.inputs[0]], pats[node.inputs[1]], need)
+    if memo is not None and node.id in memo and \
+            all(x is y or x.same_as(y) for x, y in zip(memo[node.id][:3], key)):
+        return memo[node.id][3]  # type: ignore[no-any-return]  # the round before's
+    p = _masked_product(key[0], key[1], need, form)
+    if p is None:  # too large to resolve, or an operand's elements unknown: the blocks
+        return rule(graph, node, pats, exact)  # type: ignore[no-any-return]
+    if memo is not None:
+        memo[node.id] = (*key, p)
+    return p  # type: ignore[no-any-return]
+
+
+def _product_form(node: Node) -> tuple[bool, bool, bool] | None:
+    """A 2-operand product's transposes (:func:`einsum_as_matmul`), else ``None``."""
+    if len(node.inputs) != 2:
+        return None
+    if node.op == "matmul":
+        return (False, False, False)
+    return einsum_as_matmul(node.attrs["subscripts"]) if node.op == "einsum" else None
+
+
+def _masked_product(a: Pattern, b: Pattern, need: Pattern, form: tuple[bool, bool, bool]
+                    ) -> Pattern | None:
+    """The product's entries among ``need``'s elements where a row of one operand meets a
+    column of the other (:meth:`Pattern.matmul_on`; a subset of ``need``)."""
+    if a.ndim != 2 or b.ndim != 2:
+        return None
+    ta, tb, tout = form
+    a = a.transpose() if ta else a
+    b = b.transpose() if tb else b
+    out = a.matmul_on(b, need.transpose() if tout else need)
+    return None if out is None else out.transpose() if tout else out
 
 
 def _meet(a: Pattern | None, b: Pattern | None) -> Pattern | None:
@@ -403,8 +439,9 @@ def _backward_node(graph: Graph, node: Node, need_out: Pattern | None,
 
 
 def _forward(graph: Graph, inputs: Mapping[str, Any],
-             need: Mapping[int, Pattern | None] | None) -> tuple[dict[int, Pattern],
-                                                                 dict[int, Pattern]]:
+             need: Mapping[int, Pattern | None] | None,
+             memo: dict[int, tuple[Any, ...]] | None = None
+             ) -> tuple[dict[int, Pattern], dict[int, Pattern]]:
     """One forward pass; ``need=None`` is the first pass, where products are resolved at
     block level only (an exact product could turn out to be needed only under a mask)."""
     fwd: dict[int, Pattern] = {}
@@ -417,10 +454,14 @@ def _forward(graph: Graph, inputs: Mapping[str, Any],
             p = value if isinstance(value, Pattern) else \
                 input_pattern(value, node.type.shape)
         else:
-            p = _forward_node(graph, node, eff, _BLOCKS_ONLY if first else need.get(node.id))
+            p = _forward_node(graph, node, eff, _BLOCKS_ONLY if first else need.get(node.id),
+                              memo)
         fwd[node.id] = p
         n = need.get(node.id)
-        eff[node.id] = p if n is None else p.intersect(n)
+        # a masked product's pattern lies inside its need already
+        within = memo is not None and node.id in memo and memo[node.id][3] is p and \
+            memo[node.id][2] is n
+        eff[node.id] = p if n is None or within else p.intersect(n)
     return fwd, eff
 
 
@@ -465,9 +506,10 @@ def propagate(graph: Graph, inputs: Mapping[str, Any]) -> Propagation:
                                                  graph[i].type.shape) for i in graph.inputs}
     fwd, eff = _forward(graph, inputs, None)
     rounds = 1
+    memo: dict[int, tuple[Any, ...]] = {}  # masked products, by node: reused across rounds
     while rounds < MAX_ROUNDS:
         need = _backward(graph, eff)
-        fwd, new_eff = _forward(graph, inputs, need)
+        fwd, new_eff = _forward(graph, inputs, need, memo)
         rounds += 1
         if rounds > 2 and all(_size_of(new_eff[i]) == _size_of(eff[i]) for i in eff):
             eff = new_eff

@@ -174,6 +174,13 @@ _ENTRIES = [
                lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
                doc="CSR @ CSR on a mask (Gustavson's rows, a dense accumulator); for "
                    "(A @ B) * S, S's values applied as each entry is written"),
+    KernelSpec("masked_spgemm_pairs", ("rows", "pattern", "dtype", "scale_pos", "pairs"),
+               lambda a: M.MaskedPairs(*_rows(a), a["pattern"], a["dtype"], a["pairs"],
+                                       a["scale_pos"]),
+               lambda cm, pairs, nnz: cm.masked_seconds(pairs, nnz), "masked_spgemm",
+               doc="CSR @ CSR on a mask from the pairs of entries landing on each mask "
+                   "entry, recorded at inspection: only the useful multiply-adds; for "
+                   "(A @ B) * S, S's values applied as each entry is written"),
     KernelSpec("sddmm_blocks", ("rows", "blocks", "dtype"),
                lambda a: SD.BlockSddmm(*_rows(a), a["blocks"], a["dtype"]),
                lambda cm, seconds: seconds, "sddmm",
