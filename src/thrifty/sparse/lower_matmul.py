@@ -137,7 +137,10 @@ def _lower_chain(b: Builder, node: Node) -> Value:
     post = b.post.get(node.id)
     if post is not None:
         b.fused.add(node.id)
-    by_range, _ = _spmm_tasks(b, A, b.prop.forward[a], f_in)
+    # row tasks balanced (and counted) on the SpMM and the gemm by W together: the gemm
+    # is most of a chain's work at equal widths
+    by_range, _ = _spmm_tasks(b, A, b.prop.forward[a], f_in,
+                              2.0 * f_in * f_out / cm.gemm_flops)
     n = A.shape[0]
     b.flops(2 * n * f_in * f_out)
     secs = registry.seconds("spmm_chain", cm, nnz=A.nnz, n=n, m=m, f_in=f_in, f_out=f_out)
@@ -331,10 +334,11 @@ def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: in
                     attrs_of, reads, secs, None)
 
 
-def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int
+def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int, row_seconds: float = 0.0
                 ) -> tuple[dict[tuple[int, int], list[Seg]], float]:
     """The segments of ``A @ X`` (``X`` of ``k`` columns) grouped into row tasks of about
-    equal estimated time, by row range, and the total estimate; counts the flops."""
+    equal estimated time, by row range, and the total estimate; counts the flops.
+    ``row_seconds``: further work per row of the task (a fused chain's gemm by ``W``)."""
     cm = b.cost
     segs = _spmm_segments(b, A, pat, k, 0, A.shape[0])
     seg_secs = []
@@ -349,6 +353,7 @@ def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int
             seg_secs.append(registry.seconds("spmm_panel", cm, rows=s.r1 - s.r0, cols=cols,
                                              nnz=nnz, k=k))
             executed += 2 * (s.r1 - s.r0) * cols * k
+        seg_secs[-1] += row_seconds * (s.r1 - s.r0)
     b.flops(2 * A.nnz * k, executed)
     secs = float(sum(seg_secs))
     groups = _group_segments(segs, seg_secs, cm.n_tasks(secs))
