@@ -162,3 +162,23 @@ def test_collection_triangle_products_equal_scipy_compute_then_mask(name):
         out = plan.propagation.effective[plan.graph.outputs[0]].elements
         assert got.nnz == out.nnz
         assert sp.csr_array(want.astype(bool) > out.astype(bool)).nnz == 0
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(sub=st.sampled_from(["ik,kj->ij", "ik,jk->ij", "ki,kj->ij", "ik,kj->ji"]),
+       n=st.integers(1, 30), k=st.integers(1, 30), m=st.integers(1, 30),
+       d=st.floats(0, 0.4), seed=st.integers(0, 2**16))
+def test_masked_einsum_products_have_the_exact_pattern(sub, n, k, m, d, seed):
+    # matmul-shaped einsums (transposed operands or output) resolve the same masked pattern
+    rng = np.random.default_rng(seed)
+    ta, tb, tout = sub[0] == "k", sub[4] == "k", sub.endswith("ji")
+    A = _int_csr(*((k, n) if ta else (n, k)), d, rng, 0.2, "float64")
+    B = _int_csr(*((m, k) if tb else (k, m)), d, rng, 0.2, "float64")
+    S = _int_csr(*((m, n) if tout else (n, m)), d, rng, 0.2, "float64")
+    inputs = {"A": A, "B": B, "S": S}
+    plan = _plan(lambda A, B, S: th.einsum(sub, A, B) * S, inputs)
+    want = np.einsum(sub, A.toarray(), B.toarray()) * S.toarray()
+    _check(plan, inputs, want, sparse=False)
+    reach = np.einsum(sub, (A.toarray() != 0).astype(int), (B.toarray() != 0).astype(int)) > 0
+    out = plan.propagation.effective[plan.graph.outputs[0]].elements
+    np.testing.assert_array_equal(out.toarray(), reach & (S.toarray() != 0))
