@@ -204,47 +204,49 @@ def _indptr_ok(indptr, n_ind, r0, r1):  # pragma: no cover - compiled
 
 
 @_jit
-def _spmv(indptr, indices, data, x, out, r0, r1):  # pragma: no cover - compiled
-    # the pattern checked inside the product's own pass over the indices: per row, its
-    # pointers non-decreasing within the index and value arrays; per stored entry, its
-    # column below len(x) (read as unsigned, so a negative one is huge) before x is read
-    # there. Two accumulators per row (even and odd entries, added at the end of the row)
-    # halve the chain of dependent additions: one thread's CPU time 0.9-1.3x scipy's
-    # csr_matvec here, where a separate check pass plus csr_matvec took 0.75-0.95x.
+def _spmv(indptr, indices, data, x, out):  # pragma: no cover - compiled
+    # out[:] = A @ x for the rows of indptr (len(out) of them: pass a slice of the pointers
+    # for a row panel), the pattern checked inside the product's own pass over the indices:
+    # per row, its pointers non-decreasing within the index and value arrays; per stored
+    # entry, its column below len(x) (read as unsigned, so a negative one is huge) before x
+    # is read there. Two accumulators per row (even and odd entries, added at the end of the
+    # row) halve the chain of dependent additions: one thread's CPU time 0.9-1.5x scipy's
+    # csr_matvec here, where a separate check pass plus csr_matvec took 0.8-0.95x (a row
+    # range given as arguments, with its offsets in the loop, cost 5-10 %).
     # returns -1, or the first row whose indices are out of range (nothing read there)
-    n_ind = np.uint64(min(indices.shape[0], data.shape[0]))
+    n = out.shape[0]
     m = np.uint64(x.shape[0])
-    if r1 < r0 or indptr.shape[0] <= r1 or r0 < 0 or out.shape[0] < r1 - r0:
-        return np.int64(max(r0, 0))
-    if r1 == r0:  # no rows: the one pointer still within the arrays
-        return np.int64(-1) if np.uint64(indptr[r0]) <= n_ind else np.int64(r0)
+    n_ind = np.uint64(min(indices.shape[0], data.shape[0]))
+    if indptr.shape[0] <= n:
+        return 0
+    lo = np.uint64(indptr[0])
+    if n == 0:  # no rows: the one pointer still within the arrays
+        return -1 if lo <= n_ind else 0
     out[0] = 0
     zero = out[0]  # a zero of the output's dtype
-    # unsigned row and entry counters: no negative-index wrap-around in the loops
-    one, u0 = np.uint64(1), np.uint64(r0)
-    lo = np.uint64(indptr[u0])
-    for i in range(u0, np.uint64(r1)):
-        hi = np.uint64(indptr[i + one])
+    one = np.uint64(1)
+    for i in range(n):
+        hi = np.uint64(indptr[i + 1])
         if hi < lo or hi > n_ind:
-            return np.int64(i)
+            return i
         s0 = zero
         s1 = zero
         q = lo
         while q + one < hi:
             c0, c1 = np.uint64(indices[q]), np.uint64(indices[q + one])
             if c0 >= m or c1 >= m:
-                return np.int64(i)
+                return i
             s0 += data[q] * x[c0]
             s1 += data[q + one] * x[c1]
             q += np.uint64(2)
         if q < hi:
             c0 = np.uint64(indices[q])
             if c0 >= m:
-                return np.int64(i)
+                return i
             s0 += data[q] * x[c0]
-        out[i - u0] = s0 + s1
+        out[i] = s0 + s1
         lo = hi
-    return np.int64(-1)
+    return -1
 
 
 @_jit
@@ -354,12 +356,16 @@ def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.n
     if out.shape[0] < r1 - r0:
         raise ValueError(f"out has {out.shape[0]} entries; rows {r0}..{r1 - 1} of A @ x "
                          f"need {r1 - r0}")
-    _raise_bad_row(_spmv(indptr, indices, data, x, out, r0, r1), x.shape[0])
+    if not 0 <= r0 <= r1 < indptr.shape[0]:
+        _raise_bad_row(max(r0, 0), x.shape[0])
+    row = _spmv(indptr[r0:r1 + 1], indices, data, x, out[:r1 - r0])
+    _raise_bad_row(row + r0 if row >= 0 else -1, x.shape[0])
 
 
-#: ``spmv_checked(indptr, indices, data, x, out, r0, r1)``: the compiled kernel of
-#: :func:`spmv_rows` with no Python frame around it (a plan's per-call path); returns -1,
-#: or the first row whose indices are out of range (then pass it to :func:`raise_bad_row`).
+#: ``spmv_checked(indptr, indices, data, x, out)``: the compiled kernel of :func:`spmv_rows`
+#: for the ``len(out)`` rows of ``indptr`` (a slice ``indptr[r0:r1 + 1]`` for a panel), with
+#: no Python frame around it (a plan's per-call path); returns -1, or the first row (counted
+#: from the slice) whose indices are out of range (then pass it to :func:`raise_bad_row`).
 spmv_checked = _spmv
 
 

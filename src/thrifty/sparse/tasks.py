@@ -129,8 +129,9 @@ class SpmvPanel:
         x = np.asarray(x)
         o = out[r0:r1]
         if _kernel_ok(A, x, self.np_dtype):
-            K.raise_bad_row(_spmv_checked(A.indptr, A.indices, A.data, x, o, r0, r1),
-                            A.shape[1])
+            row = _spmv_checked(A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+            if row >= 0:
+                K.raise_bad_row(r0 + row, A.shape[1])
             return o
         o[...] = _scipy_rows(A, x, r0, r1)
         return o
@@ -172,7 +173,7 @@ class SpmvWhole:
         if self.compiled and data.dtype == dt and x.dtype == dt and x.ndim == 1 and \
                 x.shape[0] == m and A.indptr.dtype.kind == A.indices.dtype.kind == "i":
             out = self.empty(n)
-            row = _spmv_checked(A.indptr, A.indices, data, x, out, 0, n)
+            row = _spmv_checked(A.indptr, A.indices, data, x, out)
             if row >= 0:
                 K.raise_bad_row(row, m)
             return out
@@ -213,7 +214,7 @@ def spmv_fast_path(spec_a: Any, spec_x: Any, whole: SpmvWhole
             if ip is ref_ip() and ix is ref_ix() and d.dtype is dt and x.dtype is dt and \
                     x.shape == shape_x and A.shape == shape_a:
                 out = whole.empty(n) if pooled else empty(n, dt)
-                row = kernel(ip, ix, d, x, out, 0, n)
+                row = kernel(ip, ix, d, x, out)
                 if row < 0:
                     return out
                 K.raise_bad_row(row, m)
