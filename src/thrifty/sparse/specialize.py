@@ -23,7 +23,7 @@ csr @ dense matrix      ``spmm``: per block row, CSR SpMM or gemm on a gathered 
                         cheaper (``spmm_csr`` / ``spmm_panel``)
 csr @ dense, every      ``gemm_full_pattern``: the CSR values viewed as the dense matrix
 entry stored            (no copy), BLAS
-csr @ dense vector      ``spmv``: scipy's CSR kernel on row panels read in place, or
+csr @ dense vector      ``spmv``: the compiled CSR kernel on row panels read in place, or
                         ``spmv_scipy``: one call of it when splitting would not pay
 csr @ (dense @ dense)   ``spmm_chain``: the association the cost model prices lower; as
 or (csr @ dense) @      ``(A @ X) @ W``, SpMM rows, their gemm by ``W`` and a unary
