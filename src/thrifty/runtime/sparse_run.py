@@ -33,6 +33,7 @@ from thrifty.runtime.taskrun import CompiledGraph, run_taskgraph
 from thrifty.sparse.cost import CostModel
 from thrifty.sparse.plan import SparsePlan
 from thrifty.sparse.specialize import specialize as _lower
+from thrifty.sparse.tasks import SpmvWhole, spmv_fast_path
 
 __all__ = ["RunnablePlan", "specialize"]
 
@@ -50,6 +51,8 @@ class RunnablePlan(SparsePlan):
     _use_dask: bool
     _direct: tuple[Any, tuple[int, ...]] | None
     _fast: Any
+    _spmv: Any
+    _spmv_names: tuple[str, str]
 
     @classmethod
     def of(cls, plan: SparsePlan) -> RunnablePlan:
@@ -69,9 +72,35 @@ class RunnablePlan(SparsePlan):
         direct = self._direct
         self._fast = direct[0] if direct is not None and self.structure is None and \
             direct[1] == tuple(range(len(self._names))) else None
+        # ... and when that kernel is one SpMV: inputs tested and the kernel called in one
+        # frame (thrifty.sparse.tasks.spmv_fast_path)
+        self._spmv, self._spmv_names = None, ("", "")
+        if self._fast is not None and type(self._fast) is SpmvWhole and \
+                len(self._names) == 2 and self._out_dtypes[0] == self._fast.np_dtype:
+            self._spmv = spmv_fast_path(self._specs[0], self._specs[1], self._fast)
+            self._spmv_names = (self._names[0], self._names[1])
         return self
 
+    def fast_call(self, inputs: Mapping[str, Any]) -> Any:
+        """The outputs for ``inputs`` by the plan's one-frame path (a one-SpMV plan given
+        the arrays it inspected), or ``None`` where that path does not apply."""
+        sv = self._spmv
+        if sv is not None and len(inputs) == 2:
+            na, nx = self._spmv_names
+            a, x = inputs.get(na), inputs.get(nx)
+            if a is not None and x is not None:
+                return sv(a, x)
+        return None
+
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        sv = self._spmv
+        if sv is not None and not args and len(kwargs) == 2:  # one SpMV: one frame
+            na, nx = self._spmv_names
+            a, x = kwargs.get(na), kwargs.get(nx)
+            if a is not None and x is not None:
+                out = sv(a, x)
+                if out is not None:
+                    return out
         if args:
             kwargs = {**dict(zip(self.inputs, args)), **kwargs}
         fast = self._fast
@@ -115,6 +144,10 @@ class RunnablePlan(SparsePlan):
         The outputs as numpy arrays, or scipy CSR arrays where the propagated output pattern
         is sparse, in the structure the spec returned them.
         """
+        if scheduler is None and self._spmv is not None:
+            out = self.fast_call(inputs)
+            if out is not None:
+                return out
         return self.run_checked(self.check_inputs(inputs), scheduler)
 
     def run_checked(self, checked: Sequence[Any], scheduler: Any = None) -> Any:

@@ -19,6 +19,7 @@ from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
+from thrifty.sparse.colwise import spmv_t_dtype_ok
 from thrifty.sparse.masked import masked_counts, masked_pairs
 from thrifty.sparse.pattern import MASKED_PRODUCT_LIMIT, Pattern
 from thrifty.sparse.sddmm import plan_blocks
@@ -437,6 +438,14 @@ def _generic_matmul(b: Builder, node: Node, va: Value, vb: Value) -> Value:
     pa, pb = (b.prop.effective[i] for i in node.inputs)
     flops = get_op("matmul").flops([b.graph[i].type for i in node.inputs], node.type, {})
     dtype = node.type.dtype
+    ta, tb = (b.graph[i].type for i in node.inputs)
+    if va.kind == "dense" and vb.kind == "csr" and vb.struct is not None and \
+            ta.ndim == 1 and tb.ndim == 2 and spmv_t_dtype_ok(tb.dtype, ta.dtype, dtype):
+        b.flops(2 * vb.struct.nnz)  # y @ A: A's entries scattered by column (no transpose)
+        return Value(b.task(f"v{node.id}", "spmv_t", {"dtype": dtype}, [va.buffer, vb.buffer],
+                            node.type.nbytes,
+                            registry.seconds("spmv_t", b.cost, nnz=vb.struct.nnz), node.id),
+                     "dense")
     kernel = "gemm" if va.kind == vb.kind == "dense" else "spmm_scipy"
     attrs: dict[str, Any] = {"dtype": dtype}
     if dtype not in NUMBA_DTYPES:

@@ -20,6 +20,7 @@ from thrifty.graph.ir import Node
 from thrifty.graph.ops import normalize_axes, normalize_einsum
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, sparse_out
+from thrifty.sparse.colwise import colsum_dtype_ok, spmv_t_dtype_ok
 from thrifty.sparse.coo import Relation, build_relation, coo_of, group_keys, label_key
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather
 from thrifty.sparse.tasks_ops import DenseGather, EinsumPlan, MaxSegments, SegSoftmax
@@ -131,9 +132,9 @@ def _relation_of(b: Builder, node: Node, terms: Sequence[str], out: str,
 
 
 def _lower_matvec(b: Builder, node: Node, terms: Sequence[str], out: str) -> Value | None:
-    """``ij,j->i`` (``A @ x``) and ``ij,i->j`` (``y @ A``, scipy's CSC kernel on the same
-    arrays) with a CSR ``A`` and a dense vector, in either operand order: one call of
-    scipy's kernel (one pass over the stored entries)."""
+    """``ij,j->i`` (``A @ x``) and ``ij,i->j`` (``y @ A``: ``spmv_t``, the entries scattered
+    by column, no transpose; scipy's product for other dtypes) with a CSR ``A`` and a dense
+    vector, in either operand order: one pass over the stored entries."""
     kinds = [b.values[i].kind for i in node.inputs]
     if len(terms) != 2 or sorted(kinds) != ["csr", "dense"] or \
             node.type.dtype not in NUMBA_DTYPES:
@@ -151,8 +152,12 @@ def _lower_matvec(b: Builder, node: Node, terms: Sequence[str], out: str) -> Val
         secs = registry.seconds("spmv_scipy", b.cost, nnz=nnz)
         return Value(b.task(f"v{node.id}", "spmv_scipy", {"dtype": dtype},
                             [A.buffer, x.buffer], node.type.nbytes, secs, node.id), "dense")
-    secs = registry.seconds("spmm_scipy", b.cost, flops=2.0 * nnz)
-    return Value(b.task(f"v{node.id}", "spmm_scipy", {"dtype": dtype}, [x.buffer, A.buffer],
+    kernel = "spmv_t" if spmv_t_dtype_ok(b.graph[node.inputs[s]].type.dtype,
+                                         b.graph[node.inputs[1 - s]].type.dtype, dtype) \
+        else "spmm_scipy"
+    secs = registry.seconds("spmv_t", b.cost, nnz=nnz) if kernel == "spmv_t" else \
+        registry.seconds("spmm_scipy", b.cost, flops=2.0 * nnz)
+    return Value(b.task(f"v{node.id}", kernel, {"dtype": dtype}, [x.buffer, A.buffer],
                         node.type.nbytes, secs, node.id), "dense")
 
 
@@ -201,12 +206,20 @@ def _csr_operand(b: Builder, node: Node, k: int = 0) -> sp.csr_array | None:
 
 def lower_sum(b: Builder, node: Node) -> Value | None:
     """``sum`` over rows, columns or both of a CSR matrix: the einsum ``ij->i`` (``ij->j``,
-    ``ij->``) over its stored entries."""
+    ``ij->``) over its stored entries; the column sums (``ij->j``) by ``colsum_csr`` where
+    its dtypes allow."""
     S = _csr_operand(b, node)
     axes = normalize_axes(node.attrs["axis"], 2, "sum")
     if S is None or not axes or node.type.dtype == "bool":
         return None
     out = "".join(c for a, c in enumerate("ij") if a not in axes)
+    if out == "j" and colsum_dtype_ok(b.graph[node.inputs[0]].type.dtype, node.type.dtype):
+        b.flops(S.nnz)  # the column sums: one pass scattering by column (no sort, no join)
+        tid = b.task(f"v{node.id}", "colsum_csr",
+                     {"dtype": node.type.dtype, "shape": node.type.shape},
+                     [b.values[node.inputs[0]].buffer], node.type.nbytes,
+                     registry.seconds("colsum_csr", b.cost, nnz=S.nnz), node.id)
+        return Value(tid, "dense")
     rel = build_relation(["ij"], {"i": S.shape[0], "j": S.shape[1]}, out, {0: S})
     plan = einsum_plan(rel, ["ij"], out, {"i": S.shape[0], "j": S.shape[1]}, None,
                        node.type.shape, node.type.dtype)

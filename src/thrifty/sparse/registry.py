@@ -34,6 +34,7 @@ from typing import Any
 
 from thrifty.errors import SpecError
 from thrifty.graph.taskgraph import Task
+from thrifty.sparse import colwise as CW
 from thrifty.sparse import fused as F
 from thrifty.sparse import masked as M
 from thrifty.sparse import sddmm as SD
@@ -100,10 +101,10 @@ _ENTRIES = [
                "rows of CSR @ dense, every segment a gemm on a gathered dense panel"),
     KernelSpec("spmv", ("rows", "dtype"), lambda a: T.SpmvPanel(*_rows(a), a["dtype"]),
                lambda cm, nnz: cm.spmm_seconds(nnz, 1), "spmv", lambda a: True,
-               "rows of CSR @ vector (scipy's kernel on a view of the whole arrays)"),
+               "rows of CSR @ vector (the compiled, self-checking kernel on the whole arrays)"),
     KernelSpec("spmv_scipy", ("dtype",), lambda a: T.SpmvWhole(a["dtype"]),
                lambda cm, nnz: cm.spmm_seconds(nnz, 1), "spmv", lambda a: True,
-               "CSR @ vector in one call of scipy's kernel"),
+               "CSR @ vector in one call of the compiled, self-checking kernel"),
     KernelSpec("gemm_full_pattern", ("shape", "dtype"),
                lambda a: T.FullPattern(a["shape"], a["dtype"]), _gemm_price, "gemm",
                doc="a CSR operand holding every entry: its values as the dense matrix"),
@@ -186,6 +187,13 @@ _ENTRIES = [
                lambda cm, seconds: seconds, "sddmm",
                doc="dense @ dense at a pattern's entries: its dense tiles by BLAS, the "
                    "rest by dot products"),
+    KernelSpec("spmv_t", ("dtype",), lambda a: CW.SpmvT(a["dtype"]),
+               lambda cm, nnz: cm.spmm_seconds(nnz, 1), "gemm", lambda a: True,
+               "y @ A (A.T @ y) for a CSR A: its entries scattered by column, no transpose"),
+    KernelSpec("colsum_csr", ("dtype", "shape"),
+               lambda a: CW.ColSums(a["dtype"], a["shape"]),
+               lambda cm, nnz: 12.0 * nnz / cm.bandwidth, None, lambda a: True,
+               "the column sums of a CSR matrix: its values scattered by column"),
     KernelSpec("transpose_csr", ("pattern", "perm"),
                lambda a: TR.CsrTranspose(a["pattern"], a["perm"]),
                lambda cm, n: cm.elementwise_seconds(n),

@@ -23,7 +23,7 @@ csr @ dense matrix      ``spmm``: per block row, CSR SpMM or gemm on a gathered 
                         cheaper (``spmm_csr`` / ``spmm_panel``)
 csr @ dense, every      ``gemm_full_pattern``: the CSR values viewed as the dense matrix
 entry stored            (no copy), BLAS
-csr @ dense vector      ``spmv``: scipy's CSR kernel on row panels read in place, or
+csr @ dense vector      ``spmv``: the compiled CSR kernel on row panels read in place, or
                         ``spmv_scipy``: one call of it when splitting would not pay
 csr @ (dense @ dense)   ``spmm_chain``: the association the cost model prices lower; as
 or (csr @ dense) @      ``(A @ X) @ W``, SpMM rows, their gemm by ``W`` and a unary
@@ -92,12 +92,16 @@ __all__ = ["InputSpec", "SparsePlan", "specialize"]
 
 def _pattern_free_inputs(graph: Graph, tasks: Sequence[Task],
                          specs: Mapping[str, InputSpec]) -> list[str]:
-    """Sparse inputs whose pattern the plan does not depend on: the spec is one matmul and
-    every task reading the input is a kernel that reads the index arrays at run time (row
-    ranges only balance the work), so a run is right for any pattern of that shape."""
+    """Sparse inputs whose pattern the plan does not depend on: the spec is one op (a
+    matmul, or another op all of whose tasks are such kernels: ``A.T @ x``, column sums)
+    and every task reading the input is a kernel that reads the index arrays at run time
+    (row ranges only balance the work), so a run is right for any pattern of that shape."""
     ops = [n for n in graph if n.op not in ("input", "const")]
-    if len(ops) != 1 or ops[0].op != "matmul" or ops[0].id not in graph.outputs:
+    if len(ops) != 1 or ops[0].id not in graph.outputs:
         return []
+    if ops[0].op != "matmul" and not all(registry.reads_pattern_at_run_time(t)
+                                         for t in tasks):
+        return []  # another op: only when no task at all holds anything of the pattern
     free = []
     for name, s in specs.items():
         readers = [t for t in tasks if input_buffer_id(name) in t.reads]

@@ -14,7 +14,6 @@ from typing import Any
 
 import numpy as np
 import scipy.sparse as sp
-from scipy.sparse import _sparsetools as _st  # scipy's CSR kernels, without its dispatch
 
 from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
@@ -83,16 +82,12 @@ class SpmmPanel:
         return view
 
 
-def _matvec_ok(A: Any, x: np.ndarray, dt: np.dtype) -> bool:  # type: ignore[type-arg]
-    """Whether scipy's ``csr_matvec`` applies to these arrays: one value dtype (the
-    output's), one index dtype, a vector as long as ``A`` is wide, and no fewer values than
-    indices (it makes contiguous copies of strided inputs itself)."""
+def _kernel_ok(A: Any, x: np.ndarray, dt: np.dtype) -> bool:  # type: ignore[type-arg]
+    """Whether the compiled SpMV applies to these arrays: one value dtype of the compiled
+    ones (the output's), integer index arrays, and a vector as long as ``A`` is wide."""
     return A.data.dtype == dt and x.dtype == dt and x.ndim == 1 and \
-        A.indptr.dtype == A.indices.dtype and x.shape[0] == A.shape[1] and \
-        A.data.shape[0] >= A.indices.shape[0]
-
-
-_indices_ok = K.indices_ok
+        x.shape[0] == A.shape[1] and dt.name in NUMBA_DTYPES and \
+        A.indptr.dtype.kind == A.indices.dtype.kind == "i"
 
 
 def _readable(A: Any) -> None:
@@ -107,11 +102,23 @@ def _readable(A: Any) -> None:
         K.check_indices(A.indptr, A.indices, A.shape[1], 0, A.shape[0])
 
 
+def _scipy_rows(A: Any, x: Any, r0: int, r1: int) -> np.ndarray:
+    """Rows ``[r0, r1)`` of ``A @ x`` by scipy, for dtypes the compiled kernel lacks."""
+    _readable(A)
+    p0, p1 = A.indptr[r0], A.indptr[r1]
+    sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
+                       shape=(r1 - r0, A.shape[1]), copy=False)
+    return np.asarray(sub @ x)
+
+
+_spmv_checked = K.spmv_checked
+
+
 class SpmvPanel:
-    """Rows ``[r0, r1)`` of ``A @ x``, written into the shared output: scipy's CSR kernel on
-    views of the whole matrix's arrays (no copy; it releases the GIL) after a vectorised
-    check of the panel's index arrays, else the compiled kernel (check and product in one
-    pass over the indices), else scipy on a sliced panel."""
+    """Rows ``[r0, r1)`` of ``A @ x``, written into the shared output: the compiled kernel
+    on the whole matrix's arrays (no copy; it releases the GIL), which checks the panel's
+    index pointers and column indices in its own pass over them; scipy on a sliced panel
+    for other dtypes."""
 
     def __init__(self, r0: int, r1: int, dtype: str) -> None:
         self.r0, self.r1, self.dtype = r0, r1, dtype
@@ -121,67 +128,99 @@ class SpmvPanel:
         r0, r1 = self.r0, self.r1
         x = np.asarray(x)
         o = out[r0:r1]
-        if _matvec_ok(A, x, self.np_dtype):
-            # scipy's kernel reads without checks: the index arrays may have changed since
-            # inspection (a PatternError, never an out-of-bounds read)
-            K.check_indices(A.indptr, A.indices, A.shape[1], r0, r1)
-            o.fill(0)  # csr_matvec accumulates into its output
-            _st.csr_matvec(r1 - r0, A.shape[1], A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+        if _kernel_ok(A, x, self.np_dtype):
+            row = _spmv_checked(A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+            if row >= 0:
+                K.raise_bad_row(r0 + row, A.shape[1])
             return o
-        if self.dtype in NUMBA_DTYPES and A.data.dtype == self.dtype == x.dtype:
-            K.spmv_rows(A.indptr, A.indices, A.data, x, o, r0, r1)
-            return o
-        _readable(A)
-        p0, p1 = A.indptr[r0], A.indptr[r1]
-        sub = sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
-                           shape=(r1 - r0, A.shape[1]), copy=False)
-        o[...] = sub @ x
+        o[...] = _scipy_rows(A, x, r0, r1)
         return o
 
 
 class SpmvWhole:
-    """``A @ x`` in one call of scipy's CSR kernel (the ``spmv_scipy`` kernel): what the cost
-    model picks when splitting rows would not pay.
+    """``A @ x`` in one call of the compiled kernel (the ``spmv_scipy`` kernel, named when
+    it called scipy's ``csr_matvec``): what the cost model picks when splitting rows would
+    not pay.
 
-    Per call: a vectorised check of the index arrays (pointers non-decreasing within the
-    index array, columns in range: 0.04 ns per stored entry here, 5-11 % of the product),
-    a zeroed output, scipy's ``csr_matvec`` without scipy's Python dispatch. Outputs of 4 MB
-    and more come from a :class:`~thrifty.sparse.kernels.BufferPool` (no fresh pages)."""
+    Per call: the value dtypes compared, an output (of 4 MB and more from a
+    :class:`~thrifty.sparse.kernels.BufferPool`: no fresh pages), the compiled kernel,
+    which checks the index pointers and column indices in its own pass over them (so
+    index arrays changed after inspection give a PatternError, never an out-of-bounds
+    read; no separate pass) and is as fast as ``csr_matvec`` on one thread here."""
 
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
         self.np_dtype = np.dtype(dtype)  # compared on every call: a dtype, not its name
         self.pool: K.BufferPool | None = None
         self.pool_rows = -(-K.POOL_MIN_BYTES // self.np_dtype.itemsize)
+        self.compiled = dtype in NUMBA_DTYPES
+
+    def empty(self, n: int) -> np.ndarray:
+        """An output of ``n`` entries (uninitialised)."""
+        if n < self.pool_rows:
+            return np.empty(n, dtype=self.np_dtype)
+        pool = self.pool
+        if pool is None or pool.shape != (n,):
+            pool = self.pool = K.BufferPool((n,), self.np_dtype)
+        return pool.empty()
 
     def __call__(self, A: sp.csr_array, x: np.ndarray) -> np.ndarray:
         dt = self.np_dtype
         if type(x) is not np.ndarray:
             x = np.asarray(x)
         n, m = A.shape
-        indptr, indices, data = A.indptr, A.indices, A.data
-        # _matvec_ok, inline (this is the per-call path of every one-task SpMV plan)
-        if data.dtype == dt and x.dtype == dt and x.ndim == 1 and x.shape[0] == m and \
-                indptr.dtype == indices.dtype and data.shape[0] >= indices.shape[0]:
-            # scipy's kernel reads without checks: the index arrays may have changed since
-            # inspection (a PatternError, never an out-of-bounds read)
-            if not _indices_ok(indptr, indices, m, 0, n):
-                K.check_indices(indptr, indices, m, 0, n)  # raises, naming the problem
-            if n < self.pool_rows:
-                out = np.zeros(n, dtype=dt)
-            else:
-                pool = self.pool
-                if pool is None or pool.shape != (n,):
-                    pool = self.pool = K.BufferPool((n,), dt)
-                out = pool.empty()
-                out.fill(0)
-            _st.csr_matvec(n, m, indptr, indices, data, x, out)
+        data = A.data
+        if self.compiled and data.dtype == dt and x.dtype == dt and x.ndim == 1 and \
+                x.shape[0] == m and A.indptr.dtype.kind == A.indices.dtype.kind == "i":
+            out = self.empty(n)
+            row = _spmv_checked(A.indptr, A.indices, data, x, out)
+            if row >= 0:
+                K.raise_bad_row(row, m)
             return out
-        _readable(A)  # scipy's own product does not check either
-        return np.asarray(A @ x).astype(dt, copy=False)
+        return _scipy_rows(A, x, 0, n).astype(dt, copy=False)
 
     def __reduce__(self) -> tuple[Any, ...]:  # a task sent to a worker: no pool
         return (SpmvWhole, (self.dtype,))
+
+
+def spmv_fast_path(spec_a: Any, spec_x: Any, whole: SpmvWhole
+                   ) -> Callable[[Any, Any], np.ndarray | None] | None:
+    """The per-call path of a plan that is one :class:`SpmvWhole` task on inputs checked by
+    ``spec_a`` (CSR) and ``spec_x`` (dense vector): a function ``(A, x) -> A @ x`` in one
+    Python frame, or ``None`` from it where its cheap tests fail (then the plan's general
+    path checks the inputs and names what is wrong).
+
+    The tests: ``A`` is a ``csr_array`` holding the very index arrays inspected (identity,
+    by weak reference; the spec must be ``pattern_free``: the kernel reads the index arrays
+    at run time, so any values they hold now give their own product), of the plan's shape
+    and value dtype; ``x`` an ndarray of the plan's shape and dtype. The kernel checks the
+    index pointers and column indices in its own pass (an in-place change that puts them
+    out of range is a PatternError, never an out-of-bounds read). Returns ``None`` (no fast
+    path) when the specs or the task do not fit.
+    """
+    if not (spec_a.sparse and not spec_x.sparse and spec_a.pattern_free and
+            spec_a.seen is not None and whole.compiled and len(spec_x.shape) == 1 and
+            spec_a.dtype == spec_x.dtype == whole.dtype):
+        return None
+    ref_ip, ref_ix = spec_a.seen
+    dt, shape_a, shape_x = whole.np_dtype, tuple(spec_a.shape), tuple(spec_x.shape)
+    n, m = shape_a
+    kernel, empty, csr, ndarray = _spmv_checked, np.empty, sp.csr_array, np.ndarray
+    pooled = n >= whole.pool_rows
+
+    def spmv(A: Any, x: Any) -> np.ndarray | None:
+        if type(A) is csr and type(x) is ndarray:
+            ip, ix, d = A.indptr, A.indices, A.data
+            if ip is ref_ip() and ix is ref_ix() and d.dtype is dt and x.dtype is dt and \
+                    x.shape == shape_x and A.shape == shape_a:
+                out = whole.empty(n) if pooled else empty(n, dt)
+                row = kernel(ip, ix, d, x, out)
+                if row < 0:
+                    return out
+                K.raise_bad_row(row, m)
+        return None
+
+    return spmv
 
 
 class FullPattern:
