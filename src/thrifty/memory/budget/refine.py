@@ -148,7 +148,7 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
 
 #: The iterated local search stops after this many restarts in a row that found nothing
 #: better (or at its time limit).
-_KICKS = 50
+_KICKS = 5
 
 _State = tuple[dict[Hashable, str], Plan, float, int]
 
