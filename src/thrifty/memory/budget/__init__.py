@@ -198,8 +198,10 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         ``"auto"`` (every applicable planner, the best plan kept) or a key of
         :data:`PLANNERS`.
     time_limit:
-        Seconds for the MILP and for the local search each (``auto`` splits nothing: each
-        gets this limit).
+        Seconds for the MILP (wall clock) and for the local search (CPU time of this
+        process, so that load does not change the plan) each (``auto`` splits nothing:
+        each gets this limit); also bounds each pass of the search for the smallest
+        feasible budget when no plan is found.
     order:
         The order of first computations; default: the best schedule's.
     seed:

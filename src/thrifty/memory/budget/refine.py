@@ -1,10 +1,12 @@
 """Refinements of a plan: hoist prefetches so transfers hide behind compute, and a local
-search over the eviction decisions (keep / recompute / offload per buffer).
+search over the eviction decisions (keep / recompute / offload / drop per buffer).
 
 The local search is a first-improvement descent in the spirit of the refinement step of
-POET (Patil et al., ICML 2022) and of Checkmate's rounding: each move forces one evicted
-buffer's decision and replans with :func:`~thrifty.memory.budget.evict.evict_plan`; a move
-is kept when the estimated makespan drops. It stops at its time limit.
+POET (Patil et al., ICML 2022) and of Checkmate's rounding: each move forces one buffer's
+decision and replans with :func:`~thrifty.memory.budget.evict.evict_plan`; a move is kept
+when the estimated makespan drops (or stays and the bytes in use drop). When the descent
+ends, it restarts from random perturbations of the best decisions (an iterated local
+search); it stops after a few restarts without improvement or at its time limit (CPU time).
 """
 
 from __future__ import annotations
