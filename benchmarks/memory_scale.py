@@ -14,6 +14,12 @@ Usage::
 
     python benchmarks/memory_scale.py --sizes 5000 10000 50000 200000
     python benchmarks/memory_scale.py --sizes 5000 10000 --plan-sizes 5000 10000   # short
+    python benchmarks/memory_scale.py --fraction 0.95 --offload   # PCIe-like offload allowed
+
+The outcome column says whether a plan was found, and when not, whether the budget is
+proven infeasible (below the proven lower bound) or only no plan was found; ``lb / peak`` is
+that lower bound as a fraction of the best schedule's peak. The last line gives the
+process's peak resident memory.
 
 Timings on a shared machine are noisy: compare ratios within one run.
 """
@@ -22,13 +28,14 @@ from __future__ import annotations
 
 import argparse
 import math
+import resource
 import time
 
 from rich.console import Console
 from rich.table import Table
 
 from thrifty.memory import schedule, simulate
-from thrifty.memory.budget import plan
+from thrifty.memory.budget import lower_bound, plan
 from thrifty.memory.order.generate import random_layered
 
 
@@ -51,12 +58,15 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.9)
     ap.add_argument("--time-limit", type=float, default=1.0,
                     help="the scheduler's and the planner's time_limit (s)")
+    ap.add_argument("--offload", action="store_true",
+                    help="allow offloading at a PCIe-like bandwidth (total bytes / total "
+                         "compute time, as in memory_plan.py)")
     args = ap.parse_args()
     plan_sizes = set(args.sizes if args.plan_sizes is None else args.plan_sizes)
-    console = Console()
+    console = Console(width=160)
     table = Table(title="layered graphs (width 24): time against tasks")
-    for col in ("tasks", "schedule CPU s", "µs/task", "method", "plan CPU s", "µs/task", "planner",
-                "peak / best"):
+    for col in ("tasks", "schedule CPU s", "µs/task", "method", "lb / peak", "plan CPU s",
+                "µs/task", "outcome", "peak / best"):
         table.add_column(col, justify="right")
     rows: list[tuple[int, float, float | None]] = []
     for n in args.sizes:
@@ -66,23 +76,27 @@ def main() -> None:
         ts, ws = time.process_time() - t0, time.perf_counter() - w0
         tp: float | None = None
         planner, ratio = "", ""
+        bw = (sum(b.size for b in g.buffers.values()) / g.total_time() if args.offload
+              else None)
+        lb = lower_bound(g, offload=bw is not None) / r.peak
         if n in plan_sizes:
             budget = int(args.fraction * r.peak)
             t0 = time.process_time()
             try:
-                p = plan(g, budget, order=r.order, time_limit=args.time_limit,
-                         use_milp=False)
+                p = plan(g, budget, offload_bandwidth=bw, order=r.order,
+                         time_limit=args.time_limit, use_milp=False)
                 tp = time.process_time() - t0
-                planner = p.method
-                ratio = f"{simulate(g, p).peak / r.peak:.3f}"
+                planner = f"{p.method}, overhead {100 * p.info['overhead']:.1f}%"
+                ratio = f"{simulate(g, p, offload_bandwidth=bw).peak / r.peak:.3f}"
             except Exception as e:  # noqa: BLE001 - a row of the table says what failed
                 tp = time.process_time() - t0
                 planner = ("infeasible (proven)" if "is infeasible" in str(e)
+                           else "no plan found (not proven)" if "no plan found" in str(e)
                            else type(e).__name__)
         rows.append((n, ts, tp))
         console.print(f"{n:,} tasks: schedule {ts:.2f} s CPU ({ws:.2f} s wall, {r.method}), plan "
                       f"{'-' if tp is None else f'{tp:.2f} s'} {planner} {ratio}")
-        table.add_row(f"{n:,}", f"{ts:.2f}", f"{1e6 * ts / n:.0f}", r.method,
+        table.add_row(f"{n:,}", f"{ts:.2f}", f"{1e6 * ts / n:.0f}", r.method, f"{lb:.3f}",
                       "" if tp is None else f"{tp:.2f}",
                       "" if tp is None else f"{1e6 * tp / n:.0f}", planner, ratio)
     console.print(table)
@@ -92,6 +106,8 @@ def main() -> None:
     console.print(f"fitted exponent (time ~ n^k): schedule k = "
                   f"{'n/a' if ks is None else f'{ks:.2f}'}, plan k = "
                   f"{'n/a' if kp is None else f'{kp:.2f}'}")
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
+    console.print(f"peak resident memory of this process: {rss / 2**20:.2f} GiB")
 
 
 if __name__ == "__main__":

@@ -43,7 +43,7 @@ from thrifty.memory.budget.bounds import (
     search_smallest,
     smallest_feasible,
 )
-from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan
+from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan, passes_of, time_bound
 from thrifty.memory.budget.refine import hoist_prefetches, local_search
 from thrifty.memory.budget.replay import estimate
 from thrifty.memory.model import Plan
@@ -198,8 +198,10 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
         ``"auto"`` (every applicable planner, the best plan kept) or a key of
         :data:`PLANNERS`.
     time_limit:
-        Seconds for the MILP and for the local search each (``auto`` splits nothing: each
-        gets this limit).
+        Seconds for the MILP (wall clock) and for the local search (CPU time of this
+        process, so that load does not change the plan) each (``auto`` splits nothing:
+        each gets this limit); also bounds each pass of the search for the smallest
+        feasible budget when no plan is found.
     order:
         The order of first computations; default: the best schedule's.
     seed:
@@ -239,6 +241,14 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     0.0
     """
     g = as_taskgraph(g)
+    with passes_of(g):  # the planners of "auto" share their identical eviction passes
+        return _plan(g, budget, offload_bandwidth, recompute, method, time_limit, order, seed,
+                     no_offload, use_milp)
+
+
+def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | None,
+          recompute: bool, method: str, time_limit: float, order: Sequence[Hashable] | None,
+          seed: int, no_offload: Iterable[Hashable], use_milp: bool | None) -> Plan:
     ord_ = tuple(order) if order is not None else None
     order_optimal = False
     if is_fraction(budget):  # a fraction of the peak of the order the plan follows
@@ -336,8 +346,10 @@ def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool, lb
     """The plan found while searching for the smallest feasible budget, when it fits
     ``budget`` (the eviction planner is not monotone in the budget); else raise
     :class:`InfeasibleBudget`, claiming infeasibility only when it is proven."""
-    small, proven, found = search_smallest(g, bw, recompute, order, time_limit=time_limit,
-                                           order_optimal=order_optimal, no_offload=no_offload)
+    with time_bound(time_limit):  # each pass of the search, too, not only the bisection
+        small, proven, found = search_smallest(g, bw, recompute, order, time_limit=time_limit,
+                                               order_optimal=order_optimal,
+                                               no_offload=no_offload)
     if small <= budget:
         return replace(found, budget=budget)
     how = ("recompute and offload" if recompute and bw is not None else

@@ -21,17 +21,21 @@ import bisect
 import heapq
 import math
 import random
+import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.model import Plan, Step
 
-__all__ = ["NoRoom", "Policy", "evict_plan"]
+__all__ = ["NoRoom", "Policy", "evict_plan", "passes_of", "time_bound"]
 
 _EPS = 1e-9
 _SCAN_LIMIT = 64
 _HEAP_CANDIDATES = 64
+_MEMO_SIZE = 8
 
 
 class NoRoom(Exception):  # noqa: N818 - internal signal, never escapes plan()
@@ -50,7 +54,8 @@ class Policy:
         Which ways of evicting are allowed (offload also needs a bandwidth).
     force:
         Per-buffer override: ``"keep"`` (never evict), ``"free"`` (only by recompute),
-        ``"offload"`` (only by offload).
+        ``"offload"`` (only by offload), ``"drop"`` (freed after every task of the order
+        that reads or writes it, and recomputed at its next use; a result is never dropped).
     checkpoints:
         When not ``None``: the √n policy. Buffers written by forward tasks that are not in
         this set are freed right after their last forward reader (and recomputed on demand).
@@ -62,10 +67,12 @@ class Policy:
         Seeds the sampling of eviction candidates on large graphs.
     max_work:
         The pass gives up (:class:`NoRoom`) once it has issued more than ``max_work`` times
-        as many computes as the order has tasks: near the smallest budget it can reach,
-        eviction may thrash (each rematerialisation evicting what the next one needs), and
-        its work would grow without bound; a plan that recomputes every task ``max_work``
-        times over is not worth finding. ``None``: no limit.
+        as many computes (plus 64) as it has reached tasks of the order: near the smallest
+        budget it can reach, eviction may thrash (each rematerialisation evicting what the
+        next one needs), and its work would grow without bound; a plan that recomputes every
+        task ``max_work`` times over is not worth finding. Counting against the tasks
+        reached so far, not the whole order, stops a pass that starts to thrash early
+        (recomputation mostly comes late, in backward passes). ``None``: no limit.
     """
 
     lookahead: bool = True
@@ -92,7 +99,75 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     >>> [s.op for s in evict_plan(g, ["a", "b"], 12, None, Policy()).steps]
     ['compute', 'compute', 'free']
     """
-    return _Builder(g, order, budget, bandwidth, policy).build()
+    s = _SESSION.get()
+    if s is None or s.graph is not g:
+        return _Builder(g, order, budget, bandwidth, policy, None).build()
+    key = (tuple(order), budget, bandwidth if policy.offload else None, _policy_key(policy))
+    hit = s.memo.get(key)
+    if hit is None:
+        # Only passes that evict may run out of time (a plain replay always completes).
+        deadline = s.deadline if policy.evict and (policy.recompute or policy.offload) else None
+        try:
+            hit = _Builder(g, order, budget, bandwidth, policy, deadline).build()
+        except NoRoom as e:
+            if deadline is not None and str(e) == _TIMED_OUT:
+                raise  # not a property of the pass: never remembered
+            hit = e
+        if len(s.memo) >= _MEMO_SIZE:
+            del s.memo[next(iter(s.memo))]
+        s.memo[key] = hit
+    if isinstance(hit, NoRoom):
+        raise NoRoom(str(hit))
+    return hit
+
+
+# -- one planning call's passes: identical passes run once, and an optional time bound ----
+
+_TIMED_OUT = "the pass ran out of its time bound"
+
+
+@dataclass(slots=True)
+class _Session:
+    graph: TaskGraph
+    memo: dict[tuple[object, ...], Plan | NoRoom] = field(default_factory=dict)
+    deadline: float | None = None
+
+
+_SESSION: ContextVar[_Session | None] = ContextVar("thrifty_evict_session", default=None)
+
+
+def _policy_key(p: Policy) -> tuple[object, ...]:
+    return (p.lookahead, p.recompute, p.offload, frozenset(p.force.items()), p.checkpoints,
+            p.forward, p.evict, p.seed, p.max_work)
+
+
+@contextmanager
+def passes_of(g: TaskGraph) -> Iterator[None]:
+    """Within this block, a pass of :func:`evict_plan` on ``g`` repeated with the same order,
+    budget, bandwidth and policy (``method="auto"`` runs several planners that start from
+    the same pass) returns the first one's plan, or raises its :class:`NoRoom` again."""
+    token = _SESSION.set(_Session(g))
+    try:
+        yield
+    finally:
+        _SESSION.reset(token)
+
+
+@contextmanager
+def time_bound(seconds: float) -> Iterator[None]:
+    """Within this block (and inside :func:`passes_of`), a pass that may evict and runs past
+    ``seconds`` gives up (:class:`NoRoom`): for searches whose passes may fail early, such
+    as the search for the smallest feasible budget."""
+    s = _SESSION.get()
+    if s is None:
+        yield
+        return
+    before = s.deadline
+    s.deadline = time.perf_counter() + seconds
+    try:
+        yield
+    finally:
+        s.deadline = before
 
 
 class _Resident:
@@ -131,7 +206,23 @@ class _Resident:
             self.where[last] = i
 
     def sample(self, rng: random.Random, k: int) -> list[Hashable]:
-        return [self.items[i] for i in rng.sample(range(len(self.items)), k)]
+        """``rng.sample(self.items, k)``, the same draws, with the set-based branch of
+        :meth:`random.Random.sample` (``n`` well above ``k``) written inline: it runs at
+        every eviction of a large graph."""
+        items = self.items
+        n = len(items)
+        if n <= 21 + 4 ** math.ceil(math.log(3 * k, 4)) or k <= 5:
+            return rng.sample(items, k)
+        bits, getrandbits = n.bit_length(), rng.getrandbits
+        selected: set[int] = set()
+        out = []
+        for _ in range(k):
+            j = getrandbits(bits)
+            while j >= n or j in selected:
+                j = getrandbits(bits)
+            selected.add(j)
+            out.append(items[j])
+        return out
 
 
 class _Pins:
@@ -164,8 +255,9 @@ class _Pins:
 
 class _Builder:
     def __init__(self, g: TaskGraph, order: Sequence[Hashable], budget: int,
-                 bandwidth: float | None, policy: Policy) -> None:
+                 bandwidth: float | None, policy: Policy, deadline: float | None) -> None:
         self.g, self.order, self.budget, self.policy = g, list(order), budget, policy
+        self.deadline = deadline
         self.bw = bandwidth if (policy.offload and bandwidth is not None) else None
         self.size = {b: buf.size for b, buf in g.buffers.items()}
         self.prod = {b: buf.producer for b, buf in g.buffers.items()}
@@ -200,8 +292,8 @@ class _Builder:
         self.heap_key: dict[Hashable, int] = {}
         self.tick = 0
         self.pins = _Pins()
-        self.work_left = (math.inf if policy.max_work is None
-                          else policy.max_work * len(self.order) + 64)
+        self.issued = 0
+        self.work_cap = math.inf if policy.max_work is None else policy.max_work
         for b in self.resident:
             self.push(b)
 
@@ -295,6 +387,10 @@ class _Builder:
                   and self.prod[b] in self.policy.forward
                   and self.fwd_last.get(b, -1) <= self.cur):
                 self.emit_free(b)
+            elif (self.policy.force.get(b) == "drop" and self.policy.recompute
+                  and self.prod[b] is not None
+                  and (self.next_use(b) or 0) > self.cur + 1):
+                self.emit_free(b)  # recomputed at its next use
 
     def dead_input_ok(self, b: Hashable) -> bool:
         if self.prod[b] is not None:
@@ -342,29 +438,30 @@ class _Builder:
         """Resident buffers that may be evicted: all of them when few; else a seeded sample
         (as DTR samples), plus, with look-ahead, those whose next use is farthest (a lazy
         max-heap on the next-use position: Belady's order)."""
-        ok = self.evictable
+        pinned = self.pins.count
+        results = () if self.bw is not None else self.results  # results leave by offload
         if len(self.resident) <= _SCAN_LIMIT:
-            return [b for b in self.resident if ok(b)]
-        out = [b for b in self.resident.sample(self.rng, _SCAN_LIMIT) if ok(b)]
+            return [b for b in self.resident.items if not pinned.get(b) and b not in results]
+        out = [b for b in self.resident.sample(self.rng, _SCAN_LIMIT)
+               if not pinned.get(b) and b not in results]
         if not self.policy.lookahead:
             return out
         seen = set(out)
         keep: list[tuple[int, int, Hashable]] = []
-        while self.heap and len(keep) < _HEAP_CANDIDATES:
-            entry = heapq.heappop(self.heap)
+        heap, key, where = self.heap, self.heap_key, self.resident.where
+        pop = heapq.heappop
+        while heap and len(keep) < _HEAP_CANDIDATES:
+            entry = pop(heap)
             b = entry[2]
-            if b not in self.resident or self.heap_key.get(b) != entry[0]:
+            if b not in where or key.get(b) != entry[0]:
                 continue  # stale
             keep.append(entry)
-            if b not in seen and ok(b):
+            if b not in seen and not pinned.get(b) and b not in results:
                 out.append(b)
                 seen.add(b)
         for entry in keep:
-            heapq.heappush(self.heap, entry)
+            heapq.heappush(heap, entry)
         return out
-
-    def evictable(self, b: Hashable) -> bool:
-        return not self.pins.count.get(b) and (b not in self.results or self.bw is not None)
 
     def push(self, b: Hashable) -> None:
         """(Re)index a resident buffer by its next use (the farthest first)."""
@@ -378,37 +475,46 @@ class _Builder:
 
     def choose(self) -> tuple[Hashable, str] | None:
         best: tuple[float, Hashable, str] | None = None
-        force = self.policy.force
+        pol = self.policy
+        force, size, results, uses, cum = pol.force, self.size, self.results, self.uses, self.cum
+        cur, lookahead, recompute, offload = self.cur, pol.lookahead, pol.recompute, self.bw
+        left, right = bisect.bisect_left, bisect.bisect_right
+        here = cum[cur + 1]
         for b in self.candidates():
             how = force.get(b)
-            if how == "keep" or self.size[b] == 0:
+            if how == "keep" or size[b] == 0:
                 continue
-            nu = self.next_use(b)
-            now = self.used_now(b)  # read by the task being made room for: not dead
-            if nu is None and not now and self.dead_input_ok(b) and b not in self.results:
+            u = uses[b]  # the next use and whether the task made room for reads b
+            k = left(u, cur)
+            now = k < len(u) and u[k] == cur
+            if now:
+                k = right(u, cur)
+            nu = u[k] if k < len(u) else None
+            if nu is None and not now and self.dead_input_ok(b) and b not in results:
                 return b, "free"
-            if not self.policy.evict:
+            if not pol.evict:
                 continue
-            if self.policy.lookahead:
+            if lookahead:
                 if now:
                     dist = _EPS
+                elif nu is not None:
+                    dist = cum[nu] - here + _EPS + (nu - cur) * _EPS
                 else:
-                    dist = (self.cum[nu] - self.cum[self.cur + 1] if nu is not None
-                            else self.cum[-1] - self.cum[self.cur + 1]) + _EPS
-                    dist += (nu - self.cur if nu is not None else len(self.order)) * _EPS
+                    dist = cum[-1] - here + _EPS + len(self.order) * _EPS
             else:
-                dist = float(self.cur - self.touch.get(b, 0) + 1)
-            opts = []
-            if b in self.results:
+                dist = float(cur - self.touch.get(b, 0) + 1)
+            if b in results:
                 how = "offload"  # a result may leave the device, but only by offload
-            if self.policy.recompute and self.prod[b] is not None and how != "offload":
-                opts.append((self.recompute_cost(b), "free"))
-            if self.bw is not None and how != "free":
-                opts.append((self.offload_cost(b, dist), "offload"))
-            if not opts:
+            cost, kind = math.inf, ""
+            if recompute and how != "offload" and self.prod[b] is not None:
+                cost, kind = self.recompute_cost(b), "free"
+            if offload is not None and how != "free":
+                c = self.offload_cost(b, dist)
+                if c < cost:
+                    cost, kind = c, "offload"
+            if not kind:
                 continue
-            cost, kind = min(opts, key=lambda o: o[0])
-            score = (cost + _EPS) / (self.size[b] * dist)
+            score = (cost + _EPS) / (size[b] * dist)
             if best is None or score < best[0]:
                 best = (score, b, kind)
         return None if best is None else (best[1], best[2])
@@ -417,8 +523,9 @@ class _Builder:
         p = self.prod[b]
         task = self.g.tasks[p]
         cost = task.time
+        resident = self.resident.where
         for r in task.reads:  # DTR's neighbourhood: evicted inputs must come back too
-            if r not in self.resident:
+            if r not in resident:
                 q = self.prod[r]
                 if r in self.host:
                     cost += self.size[r] / self.bw if self.bw else 0.0
@@ -440,10 +547,13 @@ class _Builder:
 
     # -- emitting steps (tracking the copy-stream clocks for cost estimates) ----------------
     def emit_compute(self, t: Hashable) -> None:
-        self.work_left -= 1
-        if self.work_left < 0:
+        self.issued += 1
+        if self.issued > self.work_cap * (self.cur + 1) + 64:
             raise NoRoom(f"more than {self.policy.max_work} computes per task: eviction "
                          "thrashes at this budget")
+        if (self.deadline is not None and not self.issued & 255
+                and time.perf_counter() > self.deadline):
+            raise NoRoom(_TIMED_OUT)
         task = self.g.tasks[t]
         start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
         end = start + task.time

@@ -1,10 +1,12 @@
 """Refinements of a plan: hoist prefetches so transfers hide behind compute, and a local
-search over the eviction decisions (keep / recompute / offload per buffer).
+search over the eviction decisions (keep / recompute / offload / drop per buffer).
 
 The local search is a first-improvement descent in the spirit of the refinement step of
-POET (Patil et al., ICML 2022) and of Checkmate's rounding: each move forces one evicted
-buffer's decision and replans with :func:`~thrifty.memory.budget.evict.evict_plan`; a move
-is kept when the estimated makespan drops. It stops at its time limit.
+POET (Patil et al., ICML 2022) and of Checkmate's rounding: each move forces one buffer's
+decision and replans with :func:`~thrifty.memory.budget.evict.evict_plan`; a move is kept
+when the estimated makespan drops (or stays and the bytes in use drop). When the descent
+ends, it restarts from random perturbations of the best decisions (an iterated local
+search); it stops after a few restarts without improvement or at its time limit (CPU time).
 """
 
 from __future__ import annotations
@@ -80,9 +82,32 @@ def hoist_prefetches(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | N
     return plan
 
 
-def _score(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None) -> tuple[Plan, float]:
+def _score(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None
+           ) -> tuple[Plan, float, int]:
+    """The plan with its prefetches hoisted, its makespan, and the bytes in use summed over
+    its steps (the tie-break: of two plans of one makespan, the one holding less memory
+    leaves more room to the next move)."""
     plan = hoist_prefetches(g, plan, budget, bandwidth)
-    return plan, estimate(g, plan.steps, bandwidth).makespan
+    est = estimate(g, plan.steps, bandwidth)
+    return plan, est.makespan, sum(est.during)
+
+
+def _moves(g: TaskGraph, plan: Plan, policy: Policy, rng: random.Random
+           ) -> list[tuple[Hashable, tuple[str, ...]]]:
+    """The moves to try, in order: for each evicted buffer (shuffled), keep it, offload it
+    or recompute it; then, with recompute, for each buffer the plan never evicts (shuffled),
+    drop it after each use (so that what the eviction would have evicted instead stays)."""
+    evicted = list(dict.fromkeys(s.target for s in plan.steps if s.op in ("free", "offload")))
+    rng.shuffle(evicted)
+    moves: list[tuple[Hashable, tuple[str, ...]]] = [(b, ("keep", "offload", "free"))
+                                                     for b in evicted]
+    if policy.recompute:
+        gone = set(evicted)
+        others = [b for b, buf in g.buffers.items() if b not in gone
+                  and buf.producer is not None and b not in g.results]
+        rng.shuffle(others)
+        moves += [(b, ("drop",)) for b in others]
+    return moves
 
 
 def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
@@ -90,23 +115,59 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
                  time_limit: float, seed: int = 0) -> Plan:
     """Improve ``start`` (made by ``evict_plan(g, order, budget, bandwidth, policy)``).
 
-    Tries, per evicted buffer, forcing it to be kept, recomputed or offloaded, and keeps
-    each change that lowers the estimated makespan, until ``time_limit`` seconds.
+    A descent (:func:`_descend`): per evicted buffer, forcing it to be kept, recomputed or
+    offloaded, and per buffer never evicted, dropping it after each use (:func:`_moves`);
+    it keeps each change that lowers the estimated makespan, or keeps it and lowers the
+    bytes in use summed over the steps. When the descent ends before ``time_limit``
+    seconds, it restarts from the best plan with a few decisions changed at random (an
+    iterated local search), until the time is up; the best plan found is returned.
     """
-    deadline = time.perf_counter() + time_limit
-    best, best_t = _score(g, start, budget, bandwidth)
-    force = dict(policy.force)
+    deadline = time.process_time() + time_limit
     rng = random.Random(seed)
+    cur = _descend(g, order, budget, bandwidth, policy, dict(policy.force),
+                   _score(g, start, budget, bandwidth), deadline, rng)
+    best = cur
+    pool = [b for b, buf in g.buffers.items() if buf.producer is not None]
+    hows = ("keep", "drop", "free") + (("offload",) if bandwidth is not None else ())
+    kicks = 0
+    while time.process_time() < deadline and pool and kicks < _KICKS:
+        kicks += 1
+        force = dict(best[0])
+        for b in rng.sample(pool, min(len(pool), rng.randint(2, 4))):
+            how = rng.choice(hows)
+            if not (policy.force.get(b) == "free" and how == "offload"):
+                force[b] = how
+        try:
+            p = evict_plan(g, order, budget, bandwidth, replace(policy, force=force))
+        except NoRoom:
+            continue
+        cur = _descend(g, order, budget, bandwidth, policy, force,
+                       _score(g, p, budget, bandwidth), deadline, rng)
+        if cur[2] < best[2] - 1e-12 * max(1.0, best[2]):
+            best, kicks = cur, 0
+    return best[1]
+
+
+#: The iterated local search stops after this many restarts in a row that found nothing
+#: better (or at its time limit).
+_KICKS = 5
+
+_State = tuple[dict[Hashable, str], Plan, float, int]
+
+
+def _descend(g: TaskGraph, order: Sequence[Hashable], budget: int, bandwidth: float | None,
+             policy: Policy, force: dict[Hashable, str], scored: tuple[Plan, float, int],
+             deadline: float, rng: random.Random) -> _State:
+    """First-improvement descent from ``scored`` (the plan of ``force``) until no move
+    improves or the deadline passes; returns (force, plan, makespan, bytes summed)."""
+    best, best_t, best_area = scored
     improved = True
-    while improved and time.perf_counter() < deadline:
+    while improved and time.process_time() < deadline:
         improved = False
-        evicted = list(dict.fromkeys(s.target for s in best.steps
-                                     if s.op in ("free", "offload")))
-        rng.shuffle(evicted)
-        for b in evicted:
-            if time.perf_counter() >= deadline:
+        for b, hows in _moves(g, best, policy, rng):
+            if time.process_time() >= deadline:
                 break
-            for how in ("keep", "offload", "free"):
+            for how in hows:
                 if force.get(b) == how or (how == "offload" and bandwidth is None):
                     continue
                 if policy.force.get(b) == "free" and how == "offload":
@@ -116,9 +177,9 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
                     cand = evict_plan(g, order, budget, bandwidth, replace(policy, force=trial))
                 except NoRoom:
                     continue
-                cand, t = _score(g, cand, budget, bandwidth)
-                if t < best_t - 1e-12 * max(1.0, best_t):
-                    best, best_t, force, improved = cand, t, trial, True
+                cand, t, area = _score(g, cand, budget, bandwidth)
+                tol = 1e-12 * max(1.0, best_t)
+                if t < best_t - tol or (t <= best_t + tol and area < best_area):
+                    best, best_t, best_area, force, improved = cand, t, area, trial, True
                     break
-    return best
-
+    return force, best, best_t, best_area
