@@ -100,7 +100,8 @@ class _Masks:
     def mem(self, m: int) -> int:
         return sum(self.size[i] for i in _bits(m))
 
-    def steps(self, m: int, ms: int, budget: int) -> list[tuple[tuple[int, int], int, int, int]]:
+    def steps(self, m: int, ms: int,
+              budget: int) -> list[tuple[tuple[int, int, int], int, int, int]]:
         """The descent steps from set ``m`` (of ``ms`` bytes) that cost at most ``budget``:
         ``(sort key, task, new set, its bytes)``, the step to explore first last."""
         out = []
@@ -194,8 +195,8 @@ def steps_of(g: TaskGraph, order: tuple[Hashable, ...]) -> list[tuple[str, Hasha
     steps: list[tuple[str, Hashable]] = [
         ("free", b) for b, buf in g.buffers.items()
         if buf.producer is None and b not in g.results and not needed.get(b, False)]
-    for t, fr in zip(order, frees, strict=True):
-        steps.append(("compute", t))
+    for tid, fr in zip(order, frees, strict=True):
+        steps.append(("compute", tid))
         steps.extend(("free", b) for b in fr)
     return steps
 
