@@ -105,18 +105,37 @@ class _Masks:
         """The descent steps from set ``m`` (of ``ms`` bytes) that cost at most ``budget``:
         ``(sort key, task, new set, its bytes)``, the step to explore first last."""
         out = []
-        for u in {self.prod[i] for i in _bits(m & ~self.inputs)}:
-            if (self.rmask[u] | self.wmask[u]) & self.results & ~m:
+        size, prod, results = self.size, self.prod, self.results
+        seen = set()
+        for i in _bits(m & ~self.inputs):
+            u = prod[i]
+            if u in seen:
+                continue
+            seen.add(u)
+            rm, wm = self.rmask[u], self.wmask[u]
+            if (rm | wm) & results & ~m:
                 continue  # a result computed here would be resident at the end, so in m
-            base = ms - sum(self.size[i] for i in self.writes[u] if m >> i & 1)
-            base += sum(self.size[i] for i in self.reads[u] if not m >> i & 1)
-            new = (m & ~self.wmask[u]) | self.rmask[u]
-            keep = _bits(self.wmask[u] & self.results)
-            for k in range(1 << len(keep)):  # results of u resident before it ran, or not
-                kept = sum(1 << keep[j] for j in range(len(keep)) if k >> j & 1)
-                s = base + self.mem(kept)
-                if s + self.extra[u] <= budget:
-                    out.append(((-k, self.level[u], -s), u, new | kept, s))
+            s = ms + self.extra[u]
+            for j in self.writes[u]:
+                if m >> j & 1:
+                    s -= size[j]
+            if s > budget:
+                continue
+            for j in self.reads[u]:
+                if not m >> j & 1:
+                    s += size[j]
+            if s > budget:
+                continue
+            new = (m & ~wm) | rm
+            s -= self.extra[u]
+            out.append(((0, self.level[u], -s), u, new, s))
+            if wm & results:  # results of u resident before it ran (u recomputed), or not
+                keep = _bits(wm & results)
+                for k in range(1, 1 << len(keep)):
+                    kept = sum(1 << keep[j] for j in range(len(keep)) if k >> j & 1)
+                    sk = s + self.mem(kept)
+                    if sk + self.extra[u] <= budget:
+                        out.append(((-k, self.level[u], -sk), u, new | kept, sk))
         out.sort()
         return out
 
