@@ -12,7 +12,7 @@ largest such budget + 1 is then a proven bound. Every plan is replayed by
 
 Usage::
 
-    python benchmarks/memory_layered.py              # about 5 minutes on 2 shared cores
+    python benchmarks/memory_layered.py --limit 60 --steps 3   # about 10 minutes
     python benchmarks/memory_layered.py --steps 0    # the plans at --fraction only
 
 Writes ``benchmarks/results/memory_layered.json``.
@@ -64,6 +64,7 @@ def main() -> None:
     ap.add_argument("--fraction", type=float, default=0.9)
     ap.add_argument("--limit", type=float, default=10.0, help="seconds per descent search")
     ap.add_argument("--steps", type=int, default=5, help="bisection steps below --fraction")
+    ap.add_argument("--only", default=None, help="only graphs whose name contains this")
     args = ap.parse_args()
     root = shared_data_dir()
     if root is None:
@@ -73,6 +74,8 @@ def main() -> None:
     rows = []
     for path in sorted((root / "graphs" / "layered").glob("random_layered_n*.json"),
                        key=lambda p: int(p.stem.rsplit("n", 1)[1])):
+        if args.only and args.only not in path.stem:
+            continue
         g = load_taskgraph(path)
         peak = simulate(g, schedule(g, time_limit=10.0).order).peak
         b = int(args.fraction * peak)
@@ -89,10 +92,11 @@ def main() -> None:
             row.update(plan=p.method, plan_peak=sim.peak / peak,
                        overhead=sim.compute_time / g.total_time() - 1)
         row["t_plan"] = time.perf_counter() - t0
-        hi = int(row["plan_peak"] * peak) if row.get("plan") else peak
+        hi = round(row["plan_peak"] * peak) if row.get("plan") else peak
         lo = int(row["lower_bound"] * peak) - 1
         t0 = time.perf_counter()
-        small, proven, tries = bisect(g, lo, hi, args.steps, args.limit)
+        small, proven, tries = bisect(g, lo, hi, args.steps if row.get("plan") else 0,
+                                      args.limit)
         row.update(smallest=small / peak, proven_infeasible=proven / peak if proven >= 0
                    else None, tries=tries, t_bisect=time.perf_counter() - t0)
         rows.append(row)
