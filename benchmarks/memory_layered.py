@@ -1,8 +1,9 @@
 """Benchmark: recompute-only plans on the shared random layered graphs, against the bounds.
 
 For each ``../shared/data/graphs/layered/random_layered_n*.json`` graph: the best schedule's
-peak (:func:`thrifty.memory.schedule`), the proven lower bound of recompute-only plans
-(:func:`thrifty.memory.budget.lower_bound` with ``offload=False``), the plan that
+peak (:func:`thrifty.memory.schedule`), two proven lower bounds of recompute-only plans
+(:func:`thrifty.memory.budget.lower_bound` with ``offload=False``, and
+:func:`thrifty.memory.budget.descent.descent_bound` at ``--depth``), the plan that
 :func:`thrifty.memory.plan` returns at ``--fraction`` of the peak (recompute only; its
 planner, peak, overhead and time), and a bisection with the descent search
 (:mod:`thrifty.memory.budget.descent`, ``--limit`` seconds a try) for the smallest budget
@@ -32,7 +33,7 @@ from rich.table import Table
 from thrifty.errors import InfeasibleBudget
 from thrifty.graph.taskgraph_io import load_taskgraph
 from thrifty.memory.budget import lower_bound, plan
-from thrifty.memory.budget.descent import descent_plan
+from thrifty.memory.budget.descent import descent_bound, descent_plan
 from thrifty.memory.schedule import schedule
 from thrifty.memory.simulate import simulate
 from thrifty.testing import shared_data_dir
@@ -65,6 +66,7 @@ def main() -> None:
     ap.add_argument("--limit", type=float, default=10.0, help="seconds per descent search")
     ap.add_argument("--steps", type=int, default=5, help="bisection steps below --fraction")
     ap.add_argument("--only", default=None, help="only graphs whose name contains this")
+    ap.add_argument("--depth", type=int, default=2, help="steps of the descent bound")
     args = ap.parse_args()
     root = shared_data_dir()
     if root is None:
@@ -81,6 +83,10 @@ def main() -> None:
         b = int(args.fraction * peak)
         row = {"graph": path.stem, "tasks": len(g.tasks), "peak": peak, "budget": b,
                "lower_bound": lower_bound(g, offload=False) / peak}
+        t0 = time.perf_counter()
+        row["descent_bound"] = max(descent_bound(g, args.depth), lower_bound(g, offload=False))
+        row["descent_bound"] /= peak
+        row["t_bound"] = time.perf_counter() - t0
         t0 = time.perf_counter()
         try:
             p = plan(g, b, recompute=True, time_limit=args.limit)
@@ -103,11 +109,12 @@ def main() -> None:
         console.print(row)
     t = Table(title=f"recompute only, fractions of the best schedule's peak (plan at "
                     f"{args.fraction})")
-    for c in ("graph", "peak", "proven bound", "plan", "its peak", "overhead", "t plan",
-              "smallest found", "proven infeasible"):
+    for c in ("graph", "peak", "task bound", "descent bound", "plan", "its peak", "overhead",
+              "t plan", "smallest found", "proven infeasible"):
         t.add_column(c, justify="right")
     for r in rows:
-        t.add_row(r["graph"], str(r["peak"]), f"{r['lower_bound']:.3f}", str(r["plan"]),
+        t.add_row(r["graph"], str(r["peak"]), f"{r['lower_bound']:.3f}",
+                  f"{r['descent_bound']:.3f}", str(r["plan"]),
                   f"{r['plan_peak']:.4f}" if r.get("plan") else "-",
                   f"{r['overhead']:.1%}" if r.get("plan") else "-", f"{r['t_plan']:.1f}s",
                   f"{r['smallest']:.3f}",

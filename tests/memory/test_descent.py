@@ -10,7 +10,7 @@ from thrifty.errors import InfeasibleBudget
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.graph.taskgraph_io import load_taskgraph
 from thrifty.memory.budget import lower_bound, plan
-from thrifty.memory.budget.descent import descend, descent_plan
+from thrifty.memory.budget.descent import descend, descent_bound, descent_plan
 from thrifty.memory.schedule import schedule
 from thrifty.memory.simulate import simulate
 from thrifty.testing import require_shared_data
@@ -35,6 +35,7 @@ def test_descent_proves_what_the_task_bound_cannot() -> None:
     p, d = descent_plan(g, 30)
     assert d.status == "found" and p is not None
     assert simulate(g, p).peak <= 30
+    assert descent_bound(g, depth=0) == 21 and descent_bound(g, depth=1) == 30
     with pytest.raises(InfeasibleBudget, match="infeasible with recompute .an exhaustive") as e:
         plan(g, 25, time_limit=0.5)
     assert e.value.smallest is not None and e.value.smallest >= 30
@@ -75,3 +76,13 @@ def test_layered_n100_at_nine_tenths_of_the_best_peak() -> None:
     assert sim.peak <= b < peak
     assert sim.recomputed and not sim.offloaded
     assert p.info["peak"] == sim.peak
+
+
+@pytest.mark.needs_data
+def test_descent_bound_on_layered_n100_is_valid_and_above_the_task_bound() -> None:
+    """Above the largest task footprint, and below the peak of a plan that replays."""
+    g = load_taskgraph(require_shared_data("graphs", "layered", "random_layered_n100.json"))
+    bound = descent_bound(g, depth=2)
+    assert bound > lower_bound(g, offload=False)
+    p, _ = descent_plan(g, int(bound / 0.9))
+    assert p is not None and bound <= simulate(g, p).peak

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.model import Plan
 
-__all__ = ["Descent", "descend", "descent_plan"]
+__all__ = ["Descent", "descend", "descent_bound", "descent_plan"]
 
 #: Bytes of set masks the search may hold (it stops with ``status="unknown"`` beyond).
 MAX_MASK_BYTES = 200 * 2**20
@@ -100,10 +100,12 @@ class _Masks:
     def mem(self, m: int) -> int:
         return sum(self.size[i] for i in _bits(m))
 
-    def steps(self, m: int, ms: int,
-              budget: int) -> list[tuple[tuple[int, int, int], int, int, int]]:
+    def steps(self, m: int, ms: int, budget: int, rules: bool = True
+              ) -> list[tuple[tuple[int, int, int], int, int, int]]:
         """The descent steps from set ``m`` (of ``ms`` bytes) that cost at most ``budget``:
-        ``(sort key, task, new set, its bytes)``, the step to explore first last."""
+        ``(sort key, task, new set, its bytes)``, the step to explore first last.
+        ``rules=False`` drops the rules of results (for sets that need not hold every
+        resident result: a relaxation, each step's cost still a lower bound)."""
         out = []
         size, prod, results = self.size, self.prod, self.results
         seen = set()
@@ -113,7 +115,7 @@ class _Masks:
                 continue
             seen.add(u)
             rm, wm = self.rmask[u], self.wmask[u]
-            if (rm | wm) & results & ~m:
+            if rules and (rm | wm) & results & ~m:
                 continue  # a result computed here would be resident at the end, so in m
             s = ms + self.extra[u]
             for j in self.writes[u]:
@@ -129,7 +131,7 @@ class _Masks:
             new = (m & ~wm) | rm
             s -= self.extra[u]
             out.append(((0, self.level[u], -s), u, new, s))
-            if wm & results:  # results of u resident before it ran (u recomputed), or not
+            if rules and wm & results:  # results of u resident before it ran, or not
                 keep = _bits(wm & results)
                 for k in range(1, 1 << len(keep)):
                     kept = sum(1 << keep[j] for j in range(len(keep)) if k >> j & 1)
@@ -163,7 +165,6 @@ def descend(g: TaskGraph, budget: int, time_limit: float = 10.0,
     parent: dict[int, tuple[int, int] | None] = {root: None}
     stack = [(root, x.mem(root))]
     deadline = time.perf_counter() + time_limit
-    visits = 0
     while stack:
         m, ms = stack.pop()
         if not m & ~x.inputs:
@@ -176,8 +177,7 @@ def descend(g: TaskGraph, budget: int, time_limit: float = 10.0,
             if new not in parent:
                 parent[new] = (m, u)
                 stack.append((new, s))
-        visits += 1
-        if len(parent) > max_sets or (visits % 256 == 0 and time.perf_counter() > deadline):
+        if len(parent) > max_sets or time.perf_counter() > deadline:
             return Descent("unknown", (), len(parent))
     return Descent("infeasible", (), len(parent))
 
@@ -232,3 +232,46 @@ def descent_plan(g: TaskGraph, budget: int, time_limit: float = 10.0) -> tuple[P
     info = {"descent_sets": d.sets, "optimal": False}
     return Plan.from_steps(steps_of(g, d.order), budget=budget, method="descent",
                            info=info), d
+
+
+def descent_bound(g: TaskGraph, depth: int = 2) -> int:
+    """A lower bound of the peak of every plan of ``g`` that offloads nothing.
+
+    While any task ``v`` runs, its reads ``S`` are resident and its outputs and workspace
+    allocated. Stepping back from ``S`` as in the module docstring (the rules of results
+    dropped: ``S`` need not hold every resident result), the compute of the buffer of ``S``
+    made last needed ``S'`` resident and its own outputs allocated; the least over the
+    choices of that buffer, of the largest cost over ``depth`` such steps, bounds the peak
+    of every plan. The bound is the largest over every task (and the inputs at the start,
+    the results at the end, as in :func:`~thrifty.memory.budget.lower_bound`).
+
+    Example
+    -------
+    >>> from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
+    >>> g = TaskGraph([Task("t0", writes=("a",)), Task("t1", reads=("a",), writes=("b",)),
+    ...                Task("t2", reads=("a",), writes=("c",)),
+    ...                Task("t3", reads=("b", "c"), writes=("d",))],
+    ...               [Buffer("a", 10, "t0"), Buffer("b", 10, "t1"), Buffer("c", 10, "t2"),
+    ...                Buffer("d", 1, "t3")])
+    >>> descent_bound(g, depth=0), descent_bound(g, depth=1)
+    (21, 30)
+    """
+    x = _Masks(g)
+    memo: dict[tuple[int, int], int] = {}
+
+    def bound(m: int, ms: int, d: int) -> int:
+        if d == 0 or not m & ~x.inputs:
+            return ms
+        got = memo.get((m, d))
+        if got is None:
+            got = min((max(s + x.extra[u], bound(new, s, d - 1))
+                       for _, u, new, s in x.steps(m, ms, 1 << 62, rules=False)), default=ms)
+            got = memo[(m, d)] = max(ms, got)
+        return got
+
+    best = max(x.mem(x.inputs), x.mem(x.results))
+    for u in range(len(x.tasks)):
+        m = x.rmask[u]
+        ms = x.mem(m)
+        best = max(best, ms + x.extra[u], bound(m, ms, depth))
+    return best
