@@ -158,3 +158,29 @@ def test_exact_counting_refuses_tables_too_large() -> None:
         chain_plan(g, 10**7, slots=None)
     p = chain_plan(g, 10**7)  # rounded to 2,000 slots instead
     assert simulate(g, p).peak <= 10**7 and not p.info["dp_optimal"]
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(chains(), st.integers(1, 5))
+def test_compiled_tables_equal_numpy_tables(g: TaskGraph, unit: int) -> None:
+    """The compiled kernel fills the same tables as the numpy code (same sums, same ties),
+    with exact slots and with rounded ones."""
+    import numpy as np
+
+    from thrifty.memory.budget import chain as chain_module
+
+    ch = as_chain(g)
+    tb = chain_module._layer_tables(g, ch, unit)
+    n = len(ch.forward)
+    sizes = [b.size for b in g.buffers.values()] + [t.workspace for t in g.tasks.values()]
+    m0 = sum(-(-x // unit) for x in sizes) + 2  # room for every plan of the DP's space
+    tables = []
+    for compiled in (False, True):
+        chain_module.USE_NUMBA = compiled
+        try:
+            tables.append(chain_module._ChainDP(tb, n, ch.jmin, m0, None, None))
+        finally:
+            chain_module.USE_NUMBA = True
+    assert np.array_equal(tables[0].cost, tables[1].cost)
+    assert np.array_equal(tables[0].choice, tables[1].choice)
+    assert np.isfinite(tables[1].cost[0, 0, 0, n - 1, -1])

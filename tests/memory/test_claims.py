@@ -32,7 +32,12 @@ lower bounds, and for one variant drawn per graph (recompute only, offload only,
 neither) :func:`~thrifty.memory.budget.smallest_feasible` and :func:`~thrifty.memory.budget.plan`
 at the least budget and one byte below it: every plan is replayed by the simulator, and
 every ``InfeasibleBudget`` is checked (called infeasible only when it is, its ``smallest``
-the true least budget when said proven, and above the refused budget).
+the true least budget when said proven, and above the refused budget). The descent search
+(:mod:`thrifty.memory.budget.descent`) is checked on every graph: its lower bound at depths 1
+to 3 is at most the least budget of recompute-only plans, and it never proves a budget
+of a recompute-only plan infeasible at the least budget, and where every task leads to a
+result it proves the budget one byte below infeasible and its plan at the least budget
+replays within it.
 """
 
 from __future__ import annotations
@@ -50,6 +55,12 @@ from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.memory import schedule, simulate
 from thrifty.memory.budget import lower_bound, plan, smallest_feasible
 from thrifty.memory.budget.chain import ChainError, as_chain
+from thrifty.memory.budget.descent import (
+    ancestors_of_results,
+    descend,
+    descent_bound,
+    descent_plan,
+)
 from thrifty.memory.model import Plan
 from thrifty.memory.order import Compact, reduce_graph
 
@@ -328,6 +339,7 @@ def check_plan_claims(g: TaskGraph, variants: list[tuple[bool, float | None]] = 
     budget and plans at the least budget and just below it."""
     assert lower_bound(g) <= least_budget_offloading(g)
     assert lower_bound(g, offload=False) <= least_budget(g, True, False)
+    check_descent(g, least_budget(g, True, False))
     for recompute, bw in variants:
         least = least_of(g, recompute, bw is not None)
         small, proven = smallest_feasible(g, bw, recompute, time_limit=time_limit)
@@ -347,6 +359,22 @@ def check_plan_claims(g: TaskGraph, variants: list[tuple[bool, float | None]] = 
                     assert e.smallest == least, msg
                 continue
             check_plan(g, p, budget, recompute, bw, least)
+
+
+def check_descent(g: TaskGraph, least: int) -> None:
+    """The descent search (recompute only): never a false proof; exact, and its plan within
+    the least budget, when every task leads to a result."""
+    assert descend(g, least).status != "infeasible"
+    assert all(descent_bound(g, depth) <= least for depth in (1, 2, 3))
+    below = descend(g, least - 1).status
+    assert below != "unknown"
+    if len(ancestors_of_results(g)) == len(g.tasks):
+        assert below == "infeasible"
+        p, d = descent_plan(g, least)
+        assert p is not None and d.status == "found"
+        sim = simulate(g, p)
+        assert sim.peak <= least
+        assert not sim.offloaded
 
 
 @settings(max_examples=2000, deadline=None, derandomize=True)

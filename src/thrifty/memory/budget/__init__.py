@@ -16,7 +16,12 @@ transfer) is as small as the planners can make it. Planners, all behind one sign
   et al., ICLR 2021), see :mod:`.evict`; ``refine`` adds a local search and prefetch
   hoisting (:mod:`.refine`);
 * baselines: ``sqrt_n`` (Chen et al., 2016, segment sizes swept), ``dtr`` (DTR's own
-  staleness rule, no look-ahead, recompute only).
+  staleness rule, no look-ahead, recompute only);
+* ``descent``: a backward search over resident sets (a reverse pebble game, see
+  :mod:`.descent`) for recompute-only plans; ``auto`` runs it only when no other planner
+  found a plan (its plans may recompute much). When it exhausts its search, no
+  recompute-only plan fits the budget, and :class:`~thrifty.errors.InfeasibleBudget` says
+  so.
 
 ``method="auto"`` runs the applicable ones (each the MILP, the chain DP and the local search
 with its own ``time_limit``; the MILP only on small graphs; not the local search where the
@@ -56,6 +61,10 @@ __all__ = ["PLANNERS", "Context", "NoPlan", "best_order", "lower_bound", "parse_
 
 class NoPlan(Exception):  # noqa: N818 - internal signal, mapped to InfeasibleBudget/PlanError
     """Internal: a planner found no plan within the budget (not a proof of infeasibility)."""
+
+
+class NoPlanProven(NoPlan):
+    """Internal: a planner proved that no plan of its kind fits the budget."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,6 +167,20 @@ def _milp(g: TaskGraph, budget: int, ctx: Context) -> Plan:
     return p
 
 
+def _descent(g: TaskGraph, budget: int, ctx: Context) -> Plan:
+    from thrifty.memory.budget.descent import descent_plan
+
+    if not ctx.recompute:
+        raise NoPlan("the descent search plans recomputation")
+    p, d = descent_plan(g, budget, time_limit=ctx.time_limit)
+    if p is None:
+        if d.status == "infeasible" and ctx.bandwidth is None:
+            raise NoPlanProven(f"no recompute-only plan fits (exhaustive search over "
+                               f"{d.sets} resident sets)")
+        raise NoPlan(f"the descent search found no plan ({d.status})")
+    return p
+
+
 PLANNERS: dict[str, Planner] = {
     "checkpoint_all": _checkpoint_all,
     "chain": _chain,
@@ -166,6 +189,7 @@ PLANNERS: dict[str, Planner] = {
     "refine": _refine,
     "sqrt_n": _sqrt_n,
     "dtr": _evict(Policy(lookahead=False, offload=False)),
+    "descent": _descent,
 }
 
 #: Memory slots of the chain DP when the gcd of the sizes would give it too many to count
@@ -278,18 +302,15 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
     names = list(PLANNERS) if method == "auto" else [method]
     candidates: dict[str, float] = {}
     best: tuple[float, str, Plan] | None = None
-    optimal = False
+    optimal = proven = False
     for name in names:
-        if method == "auto" and name == "milp" and not (
-                use_milp if use_milp is not None else len(g.tasks) <= MILP_MAX_TASKS):
+        if method == "auto" and _skip(name, g, best, bw, use_milp):
             continue
-        if method == "auto" and name in ("evict",) and best is not None:
-            continue  # "refine" below starts from the same eviction
-        if (method == "auto" and name == "refine" and best is not None and bw is None
-                and best[1] == "chain" and best[2].info.get("dp_optimal")):
-            continue  # recompute only: the DP's exact optimum, the local search rarely beats
         try:
             p = PLANNERS[name](g, b, ctx)
+        except NoPlanProven:
+            proven = True
+            continue
         except NoPlan:
             continue
         est = estimate(g, p.steps, bw)
@@ -307,7 +328,7 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
             raise PlanError(f"planner {method!r} found no plan within budget {b} bytes; "
                             "try method='auto'")
         p = _infeasible(g, b, bw, recompute, lb, time_limit, ord_, order_optimal,
-                        ctx.no_offload)
+                        ctx.no_offload, proven)
         name = "evict"
         candidates["smallest"] = estimate(g, p.steps, bw).makespan
         optimal = candidates["smallest"] <= total * (1 + 1e-12)
@@ -323,6 +344,20 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
                  "lower_bound": lb, "candidates": candidates, "optimal": optimal,
                  "planner": name})
     return Plan(p.steps, budget=b, method=name, info=info)
+
+
+def _skip(name: str, g: TaskGraph, best: tuple[float, str, Plan] | None, bw: float | None,
+          use_milp: bool | None) -> bool:
+    """Whether ``method="auto"`` skips planner ``name``, given the best plan so far."""
+    if name == "milp":
+        return not (use_milp if use_milp is not None else len(g.tasks) <= MILP_MAX_TASKS)
+    if best is None:
+        return False
+    if name == "evict":
+        return True  # "refine" below starts from the same eviction
+    if name == "refine":  # recompute only: the DP's exact optimum, the local search rarely beats
+        return bw is None and best[1] == "chain" and bool(best[2].info.get("dp_optimal"))
+    return name == "descent"  # a last resort: its plans recompute much
 
 
 def _check_bandwidth(bw: float | None) -> float | None:
@@ -342,10 +377,12 @@ def _check_bandwidth(bw: float | None) -> float | None:
 def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool, lb: int,
                 time_limit: float, order: tuple[Hashable, ...] | None = None,
                 order_optimal: bool = False,
-                no_offload: frozenset[Hashable] = frozenset()) -> Plan:
+                no_offload: frozenset[Hashable] = frozenset(),
+                searched: bool = False) -> Plan:
     """The plan found while searching for the smallest feasible budget, when it fits
     ``budget`` (the eviction planner is not monotone in the budget); else raise
-    :class:`InfeasibleBudget`, claiming infeasibility only when it is proven."""
+    :class:`InfeasibleBudget`, claiming infeasibility only when it is proven (``searched``:
+    the descent search proved that no recompute-only plan fits ``budget``)."""
     with time_bound(time_limit):  # each pass of the search, too, not only the bisection
         small, proven, found = search_smallest(g, bw, recompute, order, time_limit=time_limit,
                                                order_optimal=order_optimal,
@@ -362,6 +399,11 @@ def _infeasible(g: TaskGraph, budget: int, bw: float | None, recompute: bool, lb
             f"{g.name}: budget {budget} bytes is infeasible with {how}; the smallest "
             f"feasible budget is {small} bytes (proven: {which})", budget=budget,
             smallest=small)
+    if searched and bw is None:
+        raise InfeasibleBudget(
+            f"{g.name}: budget {budget} bytes is infeasible with {how} (an exhaustive "
+            f"search over resident sets found no plan); the smallest feasible budget our "
+            f"planners found is {small} bytes", budget=budget, smallest=small)
     if budget < lb:
         raise InfeasibleBudget(
             f"{g.name}: budget {budget} bytes is infeasible with {how} (below the proven "

@@ -18,8 +18,11 @@ a_k, solve ``[k+1, t]`` with a_k as checkpoint (ending with a_k kept or not: Rot
 "F_all" choice), then ``[s, k]``. Memory is counted in slots of ``u`` bytes, ``u`` the gcd
 of every size (exact), or, when that makes too many slots, of ``budget / slots`` bytes with
 sizes rounded up (every plan still fits, but the DP may miss its best one). The tables
-hold ``C`` for every ``m`` at once (numpy arrays over the memory slots), so the DP costs
-about layers² Python steps of array work over layers x slots.
+hold ``C`` for every ``m`` (numpy arrays over the memory slots); a kernel compiled by numba
+(cached on disk; the first call in a process loads it) fills every ``(s, t)`` of one length
+``t - s`` per call, about layers³ x slots scalar steps in all (the numpy code it replaces,
+kept as :meth:`_ChainDP._split` and compared with it in the tests, cost about layers² Python
+steps of array work).
 The frees are written eagerly by :func:`~thrifty.memory.budget.sequence.plan_from_sequence`.
 """
 
@@ -29,6 +32,7 @@ import math
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -252,16 +256,22 @@ class _ChainDP:
         self.rpre = np.asarray(tb.rpre, dtype=np.int64)
         for t in range(min(jmin, n)):
             self.cost[:, :, t, t, :] = 0.0
-        for length in range(n):
-            for s in range(n - length):
-                if deadline is not None and time.perf_counter() > deadline:
-                    raise ChainError(f"the chain DP ran past its time limit of {time_limit} s")
-                if length:
+        for s in range(jmin, n):
+            for h in (0, 1):
+                for e in (0, 1):
+                    self._leaf(s, h, e)
+        fill = _split_kernel()
+        fws = np.asarray(tb.fws, dtype=np.int64)
+        ft = np.asarray(tb.ft, dtype=np.float64)
+        dout = np.asarray(tb.dout, dtype=np.int64)
+        for length in range(1, n):
+            if deadline is not None and time.perf_counter() > deadline:
+                raise ChainError(f"the chain DP ran past its time limit of {time_limit} s")
+            if fill is None:
+                for s in range(n - length):
                     self._split(s, s + length)
-                elif s >= jmin:
-                    for h in (0, 1):
-                        for e in (0, 1):
-                            self._leaf(s, h, e)
+            else:
+                fill(self.cost, self.choice, self.a, fws, ft, dout, self.rpre, length)
 
     def _a(self, j: int) -> int:
         return self.tb.a[j] if j >= 0 else 0
@@ -338,3 +348,81 @@ class _ChainDP:
             stack.append((s, k, e2, e, m - rsum))  # runs second
             stack.append((k + 1, t, h, e2, m - self._a(s - 1)))
         return seq
+
+
+def _fill_splits(cost: np.ndarray, choice: np.ndarray, a: np.ndarray, fws: np.ndarray,
+                 ft: np.ndarray, dout: np.ndarray, rpre: np.ndarray,
+                 length: int) -> None:  # pragma: no cover - compiled by numba
+    """:meth:`_ChainDP._split` for every ``(s, s + length)`` at once, as scalar loops (the
+    same sums in the same order, the same ties broken the same way: the first ``(e2, k)``
+    of least cost, then dropping ``a_t`` when that is no dearer)."""
+    n = cost.shape[2]
+    width = choice.shape[4]
+    pad = width
+    inf = np.inf
+    for s in range(n - length):
+        t = s + length
+        A = a[s - 1] if s >= 1 else 0
+        D = dout[t + 1] if t + 1 < n else 0
+        base = np.empty(length, np.int64)
+        run = np.empty(length, np.float64)
+        rs = np.empty(length, np.int64)
+        top = -(1 << 62)
+        acc = 0.0
+        for i in range(length):
+            prev = a[s + i - 1] if i else 0
+            top = max(top, A + D + prev + a[s + i] + fws[s + i])
+            base[i] = top
+            acc += ft[s + i]
+            run[i] = acc
+            rs[i] = min(rpre[t + 1] - rpre[s + 1 + i], pad)
+        ra = pad - min(A, pad)
+        best = np.full((2, 2, width), inf)
+        pick = np.full((2, 2, width), -1, np.int32)
+        for e2 in range(2):
+            for h in range(2):
+                lift = a[t] if h else 0
+                for e in range(2):
+                    row, got = best[h, e], pick[h, e]
+                    for i in range(length):
+                        k = s + i
+                        code = 2 * k + e2
+                        r = run[i]
+                        right = cost[h, e2, k + 1, t, ra:]
+                        left = cost[e2, e, s, k, pad - rs[i]:]
+                        for m in range(max(0, base[i] + lift), width):
+                            tot = (r + right[m]) + left[m]
+                            if tot < row[m]:
+                                row[m] = tot
+                                got[m] = code
+        for e in range(2):
+            for m in range(width):
+                if best[0, e, m] <= best[1, e, m]:
+                    best[1, e, m] = best[0, e, m]
+                    if best[0, e, m] < inf:
+                        pick[1, e, m] = -2
+        for h in range(2):
+            for e in range(2):
+                for m in range(width):
+                    cost[h, e, s, t, pad + m] = best[h, e, m]
+                    choice[h, e, s, t, m] = pick[h, e, m]
+
+
+_KERNEL: list = []
+
+
+def _split_kernel() -> Any:
+    """:func:`_fill_splits` compiled by numba (cached on disk), or ``None`` where
+    :data:`USE_NUMBA` is false (the numpy tables are then filled one split at a time)."""
+    if not USE_NUMBA:
+        return None
+    if not _KERNEL:
+        import numba
+
+        _KERNEL.append(numba.njit(cache=True, nogil=True)(_fill_splits))
+    return _KERNEL[0]
+
+
+#: Fill the DP's tables with the compiled kernel (``False``: numpy, a split at a time; the
+#: tests compare the two).
+USE_NUMBA = True
