@@ -166,7 +166,8 @@ def _spmm_kernel(k: int) -> Any:
             if fn is None:
                 ns: dict[str, Any] = {"np": np}
                 exec(compile(_fixed_source(k), f"<thrifty spmm k={k}>", "exec"), ns)
-                fn = _FIXED[k] = numba.njit(nogil=True, fastmath=False)(ns["spmm_fixed"])
+                disp = numba.njit(nogil=True, fastmath=False)(ns["spmm_fixed"])
+                fn = _FIXED[k] = lambda *args: _call_vectorised(disp, *args)
     return fn
 
 
@@ -365,12 +366,7 @@ def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.n
     if out.shape[1] != k or out.shape[0] < r1 - r0:
         raise ValueError(f"out has shape {out.shape}; rows {r0}..{r1 - 1} of A @ X need "
                          f"({r1 - r0}, {k})")
-    fn = _spmm_kernel(k)
-    if fn is _spmm:
-        row = _spmm(indptr, indices, data, X, out, r0, r1)
-    else:
-        row = _call_vectorised(fn, indptr, indices, data, X, out, r0, r1)
-    _raise_bad_row(row, X.shape[0])
+    _raise_bad_row(_spmm_kernel(k)(indptr, indices, data, X, out, r0, r1), X.shape[0])
 
 
 def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
