@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -71,6 +73,31 @@ def test_spmm_fixed_width_dtypes_and_layouts(dtype, itype):
     K.spmm_rows(ip, ix, A.data, X[:, ::2], wide[:, ::2], 0, 40)
     np.testing.assert_allclose(wide[:, ::2], A.toarray() @ X[:, ::2], rtol=tol, atol=tol)
     assert not wide[:, 1::2].any()
+
+
+def test_spmm_fixed_width_compiled_from_many_threads_at_once():
+    # each thread's argument types are new: versions compiled while others call the kernel
+    A = _matrix(120, 90, 0.05, "float64", 11)
+    errors: list[str] = []
+
+    def run(dtype: str, itype: str) -> None:
+        try:
+            B = sp.csr_array(A.astype(dtype))
+            X, out = _dense(90, 8, dtype, 12), np.empty((120, 8), dtype=dtype)
+            for _ in range(3):
+                K.spmm_rows(B.indptr.astype(itype), B.indices.astype(itype), B.data, X, out,
+                            0, 120)
+            np.testing.assert_allclose(out, B.toarray() @ X, rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"{dtype}/{itype}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(d, i)) for d in DTYPES
+               for i in ("int32", "int64")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
 
 
 @pytest.mark.parametrize("k", [16, 128])

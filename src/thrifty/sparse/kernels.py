@@ -190,10 +190,12 @@ def _compile_vectorised(fn: Any, args: tuple[Any, ...]) -> None:
 
 def _call_vectorised(fn: Any, *args: Any) -> Any:
     """``fn(*args)`` for a kernel compiled by :func:`_compile_vectorised`."""
-    if fn.signatures:
+    if fn.overloads:
         try:
             return fn(*args)
-        except TypeError:  # no version compiled for these argument types yet
+        except (TypeError, RuntimeError):
+            # no version for these argument types yet: TypeError, or numba's "compilation
+            # disabled" when the call came while another thread was compiling a version
             pass
     _compile_vectorised(fn, args)
     return fn(*args)
