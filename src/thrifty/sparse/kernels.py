@@ -115,10 +115,11 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
 # check is inline: one predictable branch per nonzero, before its row of X is read.
 # LLVM's SLP vectorizer packs the row's variables into vector registers; numba runs it
 # only when ``NUMBA_SLP_VECTORIZE`` is set, so these kernels are compiled with it set (see
-# :func:`_compile_vectorised`). One thread, CPU time against scipy's ``csr_matvecs``
-# (2-core AMD EPYC, float64): k = 16 1.8-2.4x, k = 64 1.9-2.9x, k = 256 1.6-2.1x on
-# poisson3d-40, rmat-14 and arrow (the in-memory pairs kernel: 0.85-1.1x, 1.2-2.0x,
-# 1.5-2.0x). Compiled on first use of a width (numba cannot cache generated code on disk).
+# :func:`_compile_vectorised`). One thread against scipy's ``csr_matvecs`` (2-core AMD
+# EPYC, float64, five matrices of the benchmark, one loaded run): k = 16 1.5-5.5x (the
+# in-memory kernel with nonzeros in pairs that this replaces: 0.66-1.28x); at k = 64 and
+# 256, where X and the output stream from memory, 0.9-3.6x against 0.4-3.6x, within
+# the run's noise. Compiled on first use of a width (numba cannot cache generated code).
 _FIXED_WIDTHS = frozenset({4, 8, 16, 32, 64, 128, 256})
 _TILE = 64
 
@@ -185,7 +186,8 @@ def _compile_vectorised(fn: Any, args: tuple[Any, ...]) -> None:
             fn.compile(tuple(fn.typeof_pyval(a) for a in args))
         finally:
             _NUMBA_CONFIG.SLP_VECTORIZE = old
-            fn.disable_compile(True)
+            if fn.overloads:  # (numba refuses to turn compilation off with no version)
+                fn.disable_compile(True)
 
 
 def _call_vectorised(fn: Any, *args: Any) -> Any:
