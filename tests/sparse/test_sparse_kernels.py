@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 import pytest
 import scipy.sparse as sp
 
+from thrifty.errors import PatternError
 from thrifty.graph.ops import softmax_ref
 from thrifty.sparse import kernels as K
 from thrifty.sparse.masked import masked_rows
@@ -38,6 +41,82 @@ def test_spmm_rows(dtype, r0, r1, k):
     K.spmm_rows(A.indptr, A.indices, A.data, X, out, r0, r1)
     tol = 1e-5 if dtype == "float32" else 1e-12  # atol: sums that cancel to ~1e-5
     np.testing.assert_allclose(out, (A.toarray() @ X)[r0:r1], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("k", [4, 8, 16, 32, 64, 128, 256])
+def test_spmm_fixed_widths_equal_the_dense_product(k):
+    # the generated kernels (row in registers, tiles of 64 columns above 64), on row ranges
+    # that start inside the matrix, with empty and long rows; small integers: exact sums
+    rng = np.random.default_rng(k)
+    A = _matrix(70, 50, 0.1, "int64", k).astype("float64")
+    A = sp.csr_array(sp.vstack([A, sp.csr_array(np.ones((1, 50))), sp.csr_array((2, 50))]))
+    X = rng.integers(-4, 5, (50, k)).astype("float64")
+    ref = A.toarray() @ X
+    for r0, r1 in [(0, 73), (3, 71), (9, 9)]:
+        out = np.full((r1 - r0, k), 99.0)
+        K.spmm_rows(A.indptr, A.indices, A.data, X, out, r0, r1)
+        np.testing.assert_array_equal(out, ref[r0:r1])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("itype", ["int32", "int64"])
+def test_spmm_fixed_width_dtypes_and_layouts(dtype, itype):
+    # one width, each value and index dtype, then a strided X and output: each new set of
+    # argument types is compiled on its call
+    A, X = _matrix(40, 30, 0.2, dtype, 7), _dense(30, 32, dtype, 8)
+    ip, ix = A.indptr.astype(itype), A.indices.astype(itype)
+    tol = 1e-5 if dtype == "float32" else 1e-12
+    out = np.empty((40, 16), dtype=dtype)
+    K.spmm_rows(ip, ix, A.data, X[:, :16].copy(), out, 0, 40)
+    np.testing.assert_allclose(out, A.toarray() @ X[:, :16], rtol=tol, atol=tol)
+    wide = np.zeros((40, 32), dtype=dtype)
+    K.spmm_rows(ip, ix, A.data, X[:, ::2], wide[:, ::2], 0, 40)
+    np.testing.assert_allclose(wide[:, ::2], A.toarray() @ X[:, ::2], rtol=tol, atol=tol)
+    assert not wide[:, 1::2].any()
+
+
+def test_spmm_fixed_width_compiled_from_many_threads_at_once():
+    # each thread's argument types are new: versions compiled while others call the kernel
+    A = _matrix(120, 90, 0.05, "float64", 11)
+    errors: list[str] = []
+
+    def run(dtype: str, itype: str) -> None:
+        try:
+            B = sp.csr_array(A.astype(dtype))
+            X, out = _dense(90, 8, dtype, 12), np.empty((120, 8), dtype=dtype)
+            for _ in range(3):
+                K.spmm_rows(B.indptr.astype(itype), B.indices.astype(itype), B.data, X, out,
+                            0, 120)
+            np.testing.assert_allclose(out, B.toarray() @ X, rtol=1e-5, atol=1e-5)
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(f"{dtype}/{itype}: {e!r}")
+
+    threads = [threading.Thread(target=run, args=(d, i)) for d in DTYPES
+               for i in ("int32", "int64")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+
+
+@pytest.mark.parametrize("k", [16, 128])
+@pytest.mark.parametrize("where", ["negative column", "column too large", "pointer back",
+                                   "pointer past the end"])
+def test_spmm_fixed_widths_refuse_malformed_indices(k, where):
+    A = _matrix(30, 20, 0.3, "float64", 9)
+    ip, ix = A.indptr.copy(), A.indices.copy()
+    if where == "negative column":
+        ix[ip[12] + 1] = -1
+    elif where == "column too large":
+        ix[ip[12]] = 20
+    elif where == "pointer back":
+        ip[13] = ip[12] - 1
+    else:
+        ip[13:] = len(ix) + 1
+    out = np.empty((30, k))
+    with pytest.raises(PatternError, match="row 12 "):
+        K.spmm_rows(ip, ix, A.data, np.ones((20, k)), out, 0, 30)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)

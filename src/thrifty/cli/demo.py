@@ -71,6 +71,8 @@ def demo_inputs(scale: int, seed: int, matrix: Path | None = None) -> dict[str, 
     deg = np.asarray(abs(A).sum(axis=1)).ravel()
     scale_rows = sp.diags_array(1.0 / np.maximum(deg, 1.0))
     A = sp.csr_array(scale_rows @ A)  # row-normalised: mean aggregation over neighbours
+    A.sum_duplicates()  # canonical once here (the product's indices come unsorted), not
+    # again in every plan call (a plan sorts a copy of a non-canonical input each call)
     rng = np.random.default_rng(seed)
     f, h, o = 64, 32, 16
     return {"A": A, "X": rng.standard_normal((n, f)),

@@ -76,7 +76,10 @@ class CompiledGraph:
                 assert t.fn is not None and len(t.writes) == 1
                 slot[t.writes[0]] = len(slot)
                 steps.append((t.fn, tuple(slot[r] for r in t.reads), slot[t.writes[0]]))
-            par = threads > 1 and len(steps) > 1 and \
+            # parallel only with two tasks that do work: a level of one gemm and the
+            # allocations of later outputs (estimated at 0 s) runs in the calling thread,
+            # not handed to a pooled thread whose wake-up can cost more than the gemm
+            par = threads > 1 and sum(tg.tasks[t].time > 0 for t in tids) > 1 and \
                 sum(tg.tasks[t].time for t in tids) >= parallel_seconds
             free = tuple(slot[b] for b, u in last_use.items()
                          if u == lv and b not in keep)

@@ -357,7 +357,7 @@ def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int, row_seconds: 
         seg_secs[-1] += row_seconds * (s.r1 - s.r0)
     b.flops(2 * A.nnz * k, executed)
     secs = float(sum(seg_secs))
-    groups = _group_segments(segs, seg_secs, cm.n_tasks(secs))
+    groups = _group_segments(segs, seg_secs, cm.n_tasks(secs), A.indptr)
     by_range = {(g[0].r0, g[-1].r1): g for g in groups} or {(0, 0): [Seg(0, 0, "csr")]}
     return by_range, secs
 
@@ -404,9 +404,13 @@ def _masked_hits(A: sp.csr_array, B: sp.csr_array) -> int:
     return int(np.dot(cc, np.diff(B.indptr).astype(np.int64)))
 
 
-def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int) -> list[list[Seg]]:
+def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int,
+                    indptr: np.ndarray | None = None) -> list[list[Seg]]:
     """Split segments into ``n_tasks`` contiguous groups of about equal time (CSR segments
-    are cut at rows in proportion to their time)."""
+    are cut at the row where their nonzeros reach the group's share of their time, given
+    the matrix's ``indptr``, else in proportion to their rows). By nonzeros, not rows: in
+    R-MAT graphs the first quarter of the rows holds over half the nonzeros (rmat-14: 54 %),
+    and a task cut by rows then holds two of four tasks' work."""
     total = sum(secs)
     if n_tasks <= 1 or total <= 0:
         return [segs] if segs else []
@@ -418,11 +422,17 @@ def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int) -> list[li
                 and s.r1 - s.r0 > 1:
             frac = (target - acc) / t
             cut = s.r0 + max(1, int(round((s.r1 - s.r0) * frac)))
+            if indptr is not None and indptr[s.r1] > indptr[s.r0]:
+                goal = indptr[s.r0] + frac * (indptr[s.r1] - indptr[s.r0])
+                cut = max(s.r0 + 1, int(np.searchsorted(indptr, goal, "left")))
             if cut >= s.r1:
                 break
             groups[-1].append(Seg(s.r0, cut, "csr"))
             groups.append([])
-            t *= (s.r1 - cut) / (s.r1 - s.r0)
+            if indptr is not None and indptr[s.r1] > indptr[s.r0]:
+                t *= (indptr[s.r1] - indptr[cut]) / (indptr[s.r1] - indptr[s.r0])
+            else:
+                t *= (s.r1 - cut) / (s.r1 - s.r0)
             s = Seg(cut, s.r1, "csr")
             acc = 0.0
         groups[-1].append(s)
