@@ -357,7 +357,7 @@ def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int, row_seconds: 
         seg_secs[-1] += row_seconds * (s.r1 - s.r0)
     b.flops(2 * A.nnz * k, executed)
     secs = float(sum(seg_secs))
-    groups = _group_segments(segs, seg_secs, cm.n_tasks(secs), A.indptr)
+    groups = _group_segments(segs, seg_secs, cm.n_tasks(secs), A.indptr, row_seconds)
     by_range = {(g[0].r0, g[-1].r1): g for g in groups} or {(0, 0): [Seg(0, 0, "csr")]}
     return by_range, secs
 
@@ -405,12 +405,14 @@ def _masked_hits(A: sp.csr_array, B: sp.csr_array) -> int:
 
 
 def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int,
-                    indptr: np.ndarray | None = None) -> list[list[Seg]]:
+                    indptr: np.ndarray | None = None,
+                    row_seconds: float = 0.0) -> list[list[Seg]]:
     """Split segments into ``n_tasks`` contiguous groups of about equal time (CSR segments
     are cut at the row where their nonzeros reach the group's share of their time, given
     the matrix's ``indptr``, else in proportion to their rows). By nonzeros, not rows: in
     R-MAT graphs the first quarter of the rows holds over half the nonzeros (rmat-14: 54 %),
-    and a task cut by rows then holds two of four tasks' work."""
+    and a task cut by rows then holds two of four tasks' work. ``row_seconds`` of each
+    segment's time is per row (a fused chain's gemm), the rest per nonzero."""
     total = sum(secs)
     if n_tasks <= 1 or total <= 0:
         return [segs] if segs else []
@@ -423,14 +425,14 @@ def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int,
             frac = (target - acc) / t
             cut = s.r0 + max(1, int(round((s.r1 - s.r0) * frac)))
             if indptr is not None and indptr[s.r1] > indptr[s.r0]:
-                goal = indptr[s.r0] + frac * (indptr[s.r1] - indptr[s.r0])
-                cut = max(s.r0 + 1, int(np.searchsorted(indptr, goal, "left")))
+                cost = _cum_cost(indptr, s, t, row_seconds)
+                cut = s.r0 + 1 + int(np.searchsorted(cost, target - acc, "left"))
             if cut >= s.r1:
                 break
             groups[-1].append(Seg(s.r0, cut, "csr"))
             groups.append([])
             if indptr is not None and indptr[s.r1] > indptr[s.r0]:
-                t *= (indptr[s.r1] - indptr[cut]) / (indptr[s.r1] - indptr[s.r0])
+                t -= float(_cum_cost(indptr, s, t, row_seconds)[cut - s.r0 - 1])
             else:
                 t *= (s.r1 - cut) / (s.r1 - s.r0)
             s = Seg(cut, s.r1, "csr")
@@ -441,6 +443,15 @@ def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int,
             groups.append([])
             acc = 0.0
     return [g for g in groups if g]
+
+
+def _cum_cost(indptr: np.ndarray, s: Seg, t: float, row_seconds: float) -> np.ndarray:
+    """Estimated time of rows ``s.r0 .. s.r0 + i`` (inclusive) of a CSR segment of time
+    ``t``: ``row_seconds`` per row, the rest shared by the nonzeros."""
+    rows = s.r1 - s.r0
+    per_row = min(row_seconds, t / rows)
+    nnz = indptr[s.r0 + 1:s.r1 + 1] - indptr[s.r0]
+    return nnz * ((t - per_row * rows) / nnz[-1]) + per_row * np.arange(1, rows + 1)
 
 
 def _generic_matmul(b: Builder, node: Node, va: Value, vb: Value) -> Value:
