@@ -120,7 +120,9 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
     it keeps each change that lowers the estimated makespan, or keeps it and lowers the
     bytes in use summed over the steps. When the descent ends before ``time_limit``
     seconds, it restarts from the best plan with a few decisions changed at random (an
-    iterated local search), until the time is up; the best plan found is returned.
+    iterated local search), until the time is up, five restarts in a row found nothing
+    better, or the plan has no overhead left (its makespan is the tasks' total time); the
+    best plan found is returned.
     """
     deadline = time.process_time() + time_limit
     rng = random.Random(seed)
@@ -130,7 +132,8 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
     pool = [b for b, buf in g.buffers.items() if buf.producer is not None]
     hows = ("keep", "drop", "free") + (("offload",) if bandwidth is not None else ())
     kicks = 0
-    while time.process_time() < deadline and pool and kicks < _KICKS:
+    floor = g.total_time() * (1 + 1e-12)  # no plan runs faster: restarts cannot gain
+    while time.process_time() < deadline and pool and kicks < _KICKS and best[2] > floor:
         kicks += 1
         force = dict(best[0])
         for b in rng.sample(pool, min(len(pool), rng.randint(2, 4))):
