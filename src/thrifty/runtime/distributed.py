@@ -42,6 +42,7 @@ True
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import time
 import uuid
 import zlib
@@ -53,37 +54,28 @@ import scipy.sparse as sp
 
 from thrifty.errors import ThriftyError
 from thrifty.graph.taskgraph import TaskGraph
-from thrifty.sparse.tasks import SpmmPanel, SpmvPanel, SpmvWhole, assemble_dense
+from thrifty.runtime.slicing import (
+    Cols,
+    by_worker,
+    columns,
+    place,
+    rebase,
+    seg_columns,
+    split,
+    take_rows,
+)
+from thrifty.sparse.tasks import SpmvPanel, SpmvWhole, assemble_dense
 
 if TYPE_CHECKING:
     from thrifty.runtime.sparse_run import RunnablePlan
 
 __all__ = ["DistributedPlan", "handle_for"]
 
-def _rebased(fn: Any) -> Any:
-    """The panel callable ``fn`` writing its rows from row 0 of an output of its own rows
-    (and reading its rows from row 0 of the matrix it is given); ``None`` when ``fn`` is
-    not a row-panel kernel this module knows how to move."""
-    if type(fn) is SpmvPanel:
-        return SpmvPanel(0, fn.r1 - fn.r0, fn.dtype)
-    if type(fn) is SpmmPanel:
-        segs = [dataclasses.replace(s, r0=s.r0 - fn.r0, r1=s.r1 - fn.r0) for s in fn.segs]
-        return SpmmPanel(0, fn.r1 - fn.r0, segs, fn.dtype, fn.post)
-    return None
-
-
-def _rows(A: Any, r0: int, r1: int) -> sp.csr_array:
-    """Rows ``[r0, r1)`` of the CSR matrix ``A`` (views of its values and indices)."""
-    p0, p1 = int(A.indptr[r0]), int(A.indptr[r1])
-    return sp.csr_array((A.data[p0:p1], A.indices[p0:p1], A.indptr[r0:r1 + 1] - p0),
-                        shape=(r1 - r0, A.shape[1]), copy=False)
-
-
 def run_panel(fn: Any, A: sp.csr_array, X: np.ndarray, tail: tuple[int, ...],
-              dtype: str) -> np.ndarray:
+              dtype: str, *extra: Any) -> np.ndarray:
     """A moved panel's task on a worker: its rows of the product, in a fresh array."""
     out = np.empty((A.shape[0], *tail), dtype=dtype)
-    return np.asarray(fn(out, A, X))
+    return np.asarray(fn(out, A, X, *extra))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -93,24 +85,11 @@ class _Panel:
     tid: Hashable
     matrix: Hashable     # the input buffer of the sparse matrix
     rows: tuple[int, int]
-    fn: Any              # rebased: writes rows from 0
-    operand: Hashable    # the dense operand's buffer
+    fn: Any              # as planned: rows [r0, r1) of the whole matrix and operand
+    operand: Hashable    # the dense operand's buffer (sliced to the rows the panel reads)
+    extra: tuple[Hashable, ...]  # further operands, sent whole (W of a fused chain)
     tail: tuple[int, ...]
     dtype: str
-
-
-def _split(indptr: np.ndarray | None, n: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous row ranges of ``n`` rows, balanced by nonzeros when the
-    pattern's ``indptr`` is known (else by rows)."""
-    parts = max(1, min(parts, n))
-    if indptr is None or indptr[-1] == 0:
-        cuts = np.linspace(0, n, parts + 1).astype(int)
-    else:
-        goal = np.linspace(0, indptr[-1], parts + 1)
-        cuts = np.searchsorted(indptr, goal).clip(0, n)
-        cuts[0], cuts[-1] = 0, n
-    cuts = np.unique(cuts)
-    return [(int(a), int(b)) for a, b in zip(cuts[:-1], cuts[1:])]
 
 
 def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
@@ -118,11 +97,11 @@ def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
     """The tasks of ``tg`` that run on rows of one input matrix only: the panels each
     becomes, by task id.
 
-    A row-panel task reads ``(alloc, matrix, operand)`` (its output rows come from an
-    ``alloc`` task) and stays one panel; a whole SpMV (``spmv_scipy``) becomes ``parts``
+    A row-panel task reads ``(alloc, matrix, operand, *extra)`` (its output rows come from
+    an ``alloc`` task) and stays one panel; a whole SpMV (``spmv_scipy``) becomes ``parts``
     panels balanced by nonzeros. The matrix must be an input (``specs``: its spec by
     buffer) that no other kind of task reads (it is never needed whole), and the callable
-    one this module can rebase (:func:`_rebased`)."""
+    one this module can rebase (:func:`~thrifty.runtime.slicing.rebase`)."""
     writer = {t.writes[0]: t for t in tg.tasks.values()}
     found: dict[Hashable, list[_Panel]] = {}
     for tid in tg.order:
@@ -130,35 +109,26 @@ def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
         if type(t.fn) is SpmvWhole and len(t.reads) == 2 and t.reads[0] in specs:
             spec = specs[t.reads[0]]
             found[tid] = [_Panel(f"{tid}.{i}", t.reads[0], r,
-                                 SpmvPanel(0, r[1] - r[0], t.fn.dtype), t.reads[1], (),
+                                 SpmvPanel(r[0], r[1], t.fn.dtype), t.reads[1], (), (),
                                  t.fn.dtype)
-                          for i, r in enumerate(_split(getattr(spec, "indptr", None),
-                                                       spec.shape[0], parts))]
+                          for i, r in enumerate(split(getattr(spec, "indptr", None),
+                                                      spec.shape[0], parts))]
             continue
-        if len(t.reads) != 3 or "rows" not in (t.attrs or {}):
+        if len(t.reads) < 3 or "rows" not in (t.attrs or {}):
             continue
-        alloc, matrix, operand = t.reads
+        alloc, matrix, operand, *extra = t.reads
         src = writer.get(alloc)
-        fn = _rebased(t.fn)
-        if fn is None or matrix not in specs or src is None or src.kernel != "alloc":
+        r0, r1 = (int(r) for r in t.attrs["rows"])
+        fn: Any = t.fn
+        if rebase(fn) is None or matrix not in specs or src is None or \
+                src.kernel != "alloc" or matrix in (operand, *extra) or \
+                (fn.r0, fn.r1) != (r0, r1):
             continue
-        r0, r1 = t.attrs["rows"]
-        found[tid] = [_Panel(tid, matrix, (int(r0), int(r1)), fn, operand,
+        found[tid] = [_Panel(tid, matrix, (r0, r1), t.fn, operand, tuple(extra),
                              tuple(src.attrs["shape"][1:]), str(src.attrs["dtype"]))]
     moved = {p.matrix for ps in found.values() for p in ps}
     whole = {r for tid, t in tg.tasks.items() if tid not in found for r in t.reads}
     return {tid: ps for tid, ps in found.items() if ps[0].matrix in moved - whole}
-
-
-def _place(A: Any, ranges: Sequence[tuple[int, int]], workers: Sequence[str]
-           ) -> dict[tuple[int, int], str]:
-    """A worker for each row range: contiguous blocks of ranges, balanced by nonzeros."""
-    ranges = sorted(set(ranges))
-    nnz = np.array([A.indptr[r1] - A.indptr[r0] for r0, r1 in ranges], dtype=float)
-    total = max(float(nnz.sum()), 1.0)
-    mid = (np.cumsum(nnz) - nnz / 2) / total
-    return {r: workers[min(int(m * len(workers)), len(workers) - 1)]
-            for r, m in zip(ranges, mid)}
 
 
 def _stamp(value: Any) -> tuple[Any, ...]:
@@ -177,18 +147,29 @@ def _stamp(value: Any) -> tuple[Any, ...]:
     return tuple(parts)
 
 
+_SERIAL = itertools.count()
+
+
 @dataclasses.dataclass
 class _Sent:
-    """An input as the cluster holds it: whole, or as row pieces placed on workers."""
+    """An input as the cluster holds it: whole, as row pieces placed on workers (a matrix:
+    with each worker's operand rows and its panels' callables), or as the operand rows
+    each worker's pieces of a matrix read (a dense operand)."""
 
     value: Any
     stamp: tuple[Any, ...]
     whole: Any = None                                   # a Future
     pieces: dict[tuple[int, int], tuple[Any, str]] = dataclasses.field(default_factory=dict)
+    cols: dict[str, Cols] = dataclasses.field(default_factory=dict)      # by worker
+    fns: dict[Hashable, Any] = dataclasses.field(default_factory=dict)   # by panel task
+    slices: dict[tuple[Hashable, str], Any] = dataclasses.field(default_factory=dict)
+    basis: tuple[tuple[Hashable, int], ...] = ()        # (matrix, serial) it was sliced for
+    serial: int = dataclasses.field(default_factory=lambda: next(_SERIAL))
 
     def futures(self) -> list[Any]:
-        return [self.whole] if self.whole is not None else [f for f, _ in
-                                                            self.pieces.values()]
+        return ([self.whole] if self.whole is not None else []) + \
+            [f for f, _ in self.pieces.values()] + list(self.fns.values()) + \
+            list(self.slices.values())
 
     def lost(self) -> bool:
         return any(f.status in ("cancelled", "lost", "error") for f in self.futures())
@@ -234,16 +215,23 @@ class DistributedPlan:
         threads = sum(w.get("nthreads", 1) for w in
                       client.scheduler_info()["workers"].values())
         self._moved = _moved(tg, specs, max(1, threads))
-        self._joined = {tid for tid in self._moved if len(tg.tasks[tid].reads) == 2}
+        self._joined = {tid for tid in self._moved if type(tg.tasks[tid].fn) is SpmvWhole}
         moved_allocs = {tg.tasks[t].reads[0] for t in self._moved if t not in self._joined}
         readers = {r for tid, t in tg.tasks.items() if tid not in self._moved
                    for r in t.reads}
         self._skip = {b for b in moved_allocs if b not in readers}
         panels = [p for ps in self._moved.values() for p in ps]
-        self._broadcast = {p.operand for p in panels}
+        self._broadcast = {r for p in panels for r in p.extra}
+        # operands the cluster needs whole (else each worker gets the rows it reads only)
+        self._whole = readers | self._broadcast | set(plan.output_buffers())
         self._ranges: dict[Hashable, list[tuple[int, int]]] = {}
+        self._panels: dict[Hashable, list[_Panel]] = {}    # by matrix
+        self._readers: dict[Hashable, list[Hashable]] = {}  # operand: matrices sliced for
         for p in panels:
             self._ranges.setdefault(p.matrix, []).append(p.rows)
+            self._panels.setdefault(p.matrix, []).append(p)
+            if p.matrix not in self._readers.setdefault(p.operand, []):
+                self._readers[p.operand].append(p.matrix)
         self._sent: dict[Hashable, _Sent] = {}
         self.timings: dict[str, float] = {}
 
@@ -257,21 +245,46 @@ class DistributedPlan:
         return workers
 
     def _send(self, buf: Hashable, value: Any, stamp: tuple[Any, ...] | None = None) -> _Sent:
-        """Scatter one input (whole, broadcast, or as placed row pieces); ``stamp``: its
-        :func:`_stamp`, when the caller has it already (a CRC of the whole content)."""
+        """Scatter one input (whole, broadcast, as placed row pieces, or as the operand
+        rows each worker reads); ``stamp``: its :func:`_stamp`, when the caller has it
+        already (a CRC of the whole content)."""
         sent = _Sent(value, _stamp(value) if stamp is None else stamp)
-        ranges = self._ranges.get(buf)
-        if ranges is None:
+        if buf in self._ranges:
+            self._send_pieces(buf, value, sent)
+            return sent
+        if buf not in self._readers or buf in self._whole:
             sent.whole = self.client.scatter(value, hash=False,
                                              broadcast=buf in self._broadcast)
-            return sent
-        where = _place(value, ranges, self._workers())
-        for w in sorted(set(where.values())):
-            mine = [r for r, at in where.items() if at == w]
-            futs = self.client.scatter([_rows(value, *r) for r in mine], workers=[w],
-                                       hash=False)
-            sent.pieces.update({r: (f, w) for r, f in zip(mine, futs)})
+        sent.basis = self._basis(buf)
+        for matrix in self._readers.get(buf, ()):
+            held = self._sent.get(matrix)
+            for w, cols in ({} if held is None else held.cols).items():
+                if not cols.whole or sent.whole is None:
+                    sent.slices[(matrix, w)] = self.client.scatter(
+                        cols.of(value), workers=[w], hash=False)
         return sent
+
+    def _send_pieces(self, buf: Hashable, A: Any, sent: _Sent) -> None:
+        """Scatter matrix ``A``'s row pieces, each worker's block with its column indices
+        renumbered to the operand rows that block reads, and its panels' callables."""
+        panels = self._panels[buf]
+        seg_cols: dict[tuple[int, int], list[np.ndarray]] = {}
+        for p in panels:
+            seg_cols.setdefault(p.rows, []).extend(seg_columns(p.fn))
+        where = by_worker(place(A, self._ranges[buf], self._workers()))
+        for w, mine in where.items():
+            cols, pieces = columns(A, mine, [c for r in mine for c in seg_cols.get(r, ())])
+            sent.cols[w] = cols
+            mine_p = [p for p in panels if p.rows in set(mine)]
+            futs = self.client.scatter([*pieces, *[rebase(p.fn, cols) for p in mine_p]],
+                                       workers=[w], hash=False)
+            sent.pieces.update({r: (f, w) for r, f in zip(mine, futs)})
+            sent.fns.update({p.tid: f for p, f in zip(mine_p, futs[len(mine):])})
+
+    def _basis(self, buf: Hashable) -> tuple[tuple[Hashable, int], ...]:
+        """The sends of the matrices whose pieces the operand ``buf`` is sliced for."""
+        return tuple((m, self._sent[m].serial if m in self._sent else -1)
+                     for m in self._readers.get(buf, ()))
 
     def _feed(self, inputs: Mapping[str, Any]) -> dict[Hashable, Any]:
         """The input buffers' values: the plan's inputs checked, and its constants."""
@@ -281,10 +294,12 @@ class DistributedPlan:
     def _ensure(self, feed: Mapping[Any, Any]) -> float:
         """Scatter what the cluster does not hold yet (or lost); the seconds it took."""
         t0 = time.perf_counter()
-        for buf, value in feed.items():
-            sent = self._sent.get(buf)
+        # the matrices first: an operand is sliced by their placement
+        for buf in sorted(feed, key=lambda b: b not in self._ranges):
+            value, sent = feed[buf], self._sent.get(buf)
             stamp = _stamp(value)
-            if sent is not None and not sent.lost() and sent.stamp == stamp:
+            if sent is not None and not sent.lost() and sent.stamp == stamp and \
+                    sent.basis == self._basis(buf):
                 continue
             if sent is not None:
                 self.client.cancel(sent.futures())
@@ -306,13 +321,18 @@ class DistributedPlan:
         """Where the row pieces of each matrix sent by rows are: ``{input: {worker:
         [(r0, r1), ...]}}`` (inputs sent whole or broadcast are not listed)."""
         names = {self.plan.input_buffer(n): n for n in self.plan.inputs}
-        out: dict[str, dict[str, list[tuple[int, int]]]] = {}
+        return {names[buf]: by_worker({r: w for r, (_, w) in sent.pieces.items()})
+                for buf, sent in self._sent.items() if sent.pieces and buf in names}
+
+    def operand_rows(self) -> dict[str, dict[str, int]]:
+        """How many rows of each dense input sent by slices each worker holds: ``{input:
+        {worker: rows}}`` (the rows its pieces of the matrix read)."""
+        names = {self.plan.input_buffer(n): n for n in self.plan.inputs}
+        out: dict[str, dict[str, int]] = {}
         for buf, sent in self._sent.items():
-            if sent.pieces and buf in names:
-                by: dict[str, list[tuple[int, int]]] = {}
-                for r, (_, w) in sorted(sent.pieces.items()):
-                    by.setdefault(w, []).append(r)
-                out[names[buf]] = by
+            for (matrix, w) in sent.slices:
+                if buf in names and matrix in self._sent:
+                    out.setdefault(names[buf], {})[w] = self._sent[matrix].cols[w].width
         return out
 
     def forget(self) -> None:
@@ -335,6 +355,7 @@ class DistributedPlan:
                 env[buf] = sent.whole
         outputs = set(self.plan.output_buffers())
         local: dict[Hashable, tuple[Any, list[Any]]] = {}
+        sliced: dict[tuple[Hashable, Hashable, str], Any] = {}
         tag = uuid.uuid4().hex[:12]
         for tid in tg.order:
             t = tg.tasks[tid]
@@ -343,11 +364,13 @@ class DistributedPlan:
             if tid in self._moved:
                 futs = []
                 for p in self._moved[tid]:
-                    fut, where = self._sent[p.matrix].pieces[p.rows]
-                    futs.append(client.submit(run_panel, p.fn, fut, env[p.operand], p.tail,
-                                              p.dtype, key=f"{p.tid}@{tag}",
-                                              workers=[where], allow_other_workers=True,
-                                              pure=False))
+                    held = self._sent[p.matrix]
+                    fut, where = held.pieces[p.rows]
+                    x = self._operand(p, where, env, sliced, tag)
+                    futs.append(client.submit(run_panel, held.fns[p.tid], fut, x, p.tail,
+                                              p.dtype, *[env[r] for r in p.extra],
+                                              key=f"{p.tid}@{tag}", workers=[where],
+                                              allow_other_workers=True, pure=False))
                 if tid not in self._joined:
                     env[out] = futs[0]
                 elif out in outputs:
@@ -362,6 +385,24 @@ class DistributedPlan:
                 env[out] = client.submit(t.fn, *[env[r] for r in t.reads], key=key,
                                          pure=False)
         return env, local
+
+    def _operand(self, p: _Panel, where: str, env: Mapping[Hashable, Any],
+                 sliced: dict[tuple[Hashable, Hashable, str], Any], tag: str) -> Any:
+        """The future of the operand rows panel ``p`` reads on worker ``where``: sent
+        (an input), the whole operand (the worker's pieces read all its rows), or taken on
+        the worker from an operand computed on the cluster (once per run)."""
+        sent = self._sent.get(p.operand)
+        if sent is not None and (p.matrix, where) in sent.slices:
+            return sent.slices[(p.matrix, where)]
+        cols = self._sent[p.matrix].cols[where]
+        if cols.whole:
+            return env[p.operand]
+        k = (p.operand, p.matrix, where)
+        if k not in sliced:
+            sliced[k] = self.client.submit(
+                take_rows, env[p.operand], cols, key=f"rows-{p.operand}-{len(sliced)}@{tag}",
+                workers=[where], allow_other_workers=True, pure=False)
+        return sliced[k]
 
     def _attempt(self, feed: Mapping[Any, Any]) -> list[Any]:
         """One submission of the plan: the outputs' values."""
