@@ -199,9 +199,12 @@ class DistributedPlan:
     attempts:
         How many times a run is submitted when workers or data are lost (at least 1).
 
-    :attr:`timings` holds the seconds of the last :meth:`run`: ``scatter`` (inputs sent in
-    that run), ``compute`` (submitting and waiting for the tasks, gathering the outputs)
-    and ``attempts`` (runs submitted).
+    :attr:`timings` holds the seconds of the last :meth:`run`: ``scatter`` (checking the
+    inputs' stamps and sending those the cluster lacks), of which ``stamp`` (the CRC-32 of
+    every input); ``compute`` (submitting, waiting, gathering and joining the outputs), of
+    which ``submit``, ``gather`` (waiting for the tasks and receiving their results) and
+    ``join`` (the panels' rows copied once into each output); and ``attempts`` (runs
+    submitted).
     """
 
     def __init__(self, plan: RunnablePlan, client: Any, attempts: int = 3) -> None:
@@ -233,6 +236,7 @@ class DistributedPlan:
             if p.matrix not in self._readers.setdefault(p.operand, []):
                 self._readers[p.operand].append(p.matrix)
         self._sent: dict[Hashable, _Sent] = {}
+        self._stamping = 0.0
         self.timings: dict[str, float] = {}
 
     # -- data --------------------------------------------------------------------------
@@ -292,12 +296,16 @@ class DistributedPlan:
         return dict(zip(self.plan.feed_keys, [*checked, *self.plan.const_values]))
 
     def _ensure(self, feed: Mapping[Any, Any]) -> float:
-        """Scatter what the cluster does not hold yet (or lost); the seconds it took."""
+        """Scatter what the cluster does not hold yet (or lost); the seconds it took (of
+        which ``self._stamping`` computing the inputs' stamps)."""
         t0 = time.perf_counter()
+        self._stamping = 0.0
         # the matrices first: an operand is sliced by their placement
         for buf in sorted(feed, key=lambda b: b not in self._ranges):
             value, sent = feed[buf], self._sent.get(buf)
+            t1 = time.perf_counter()
             stamp = _stamp(value)
+            self._stamping += time.perf_counter() - t1
             if sent is not None and not sent.lost() and sent.stamp == stamp and \
                     sent.basis == self._basis(buf):
                 continue
@@ -404,27 +412,34 @@ class DistributedPlan:
                 workers=[where], allow_other_workers=True, pure=False)
         return sliced[k]
 
-    def _attempt(self, feed: Mapping[Any, Any]) -> list[Any]:
-        """One submission of the plan: the outputs' values."""
+    def _attempt(self, feed: Mapping[Any, Any], clock: dict[str, float]) -> list[Any]:
+        """One submission of the plan: the outputs' values (``clock``: the seconds spent
+        submitting, gathering and joining, added to)."""
+        t0 = time.perf_counter()
         env, local = self._submit(list(feed))
         keys = self.plan.output_buffers()
         wanted: list[Any] = []
         for k in keys:
             if k not in feed:  # an input returned as it is needs no cluster
                 wanted += local[k][1] if k in local else [env[k]]
+        t1 = time.perf_counter()
         try:
             got = iter(self.client.gather(wanted))
         finally:
             del env, wanted
+        t2 = time.perf_counter()
         vals = []
         for k in keys:
             if k in feed:
                 vals.append(feed[k])
             elif k in local:
                 fn, parts = local[k]
-                vals.append(fn(*[next(got) for _ in parts]))
+                vals.append(fn(*[next(got) for _ in parts]))  # one copy: the parts joined
             else:
                 vals.append(next(got))
+        t3 = time.perf_counter()
+        for name, dt in (("submit", t1 - t0), ("gather", t2 - t1), ("join", t3 - t2)):
+            clock[name] = clock.get(name, 0.0) + dt
         return vals
 
     def run(self, inputs: Mapping[str, Any]) -> Any:
@@ -435,19 +450,20 @@ class DistributedPlan:
     def run_feed(self, feed: Mapping[Any, Any]) -> Any:
         """:meth:`run` on the input buffers' values (checked inputs and constants)."""
         retry = _retry_errors()
-        scatter = compute = 0.0
+        clock = {"stamp": 0.0, "scatter": 0.0, "compute": 0.0}
         for attempt in range(1, self.attempts + 1):
             try:
-                scatter += self._ensure(feed)
+                clock["scatter"] += self._ensure(feed)
+                clock["stamp"] += self._stamping
                 t0 = time.perf_counter()
-                vals = self._attempt(feed)
-                compute += time.perf_counter() - t0
+                vals = self._attempt(feed, clock)
+                clock["compute"] += time.perf_counter() - t0
             except retry:
                 if attempt == self.attempts:
                     raise
                 self._wait_for_workers()
                 continue
-            self.timings = {"scatter": scatter, "compute": compute, "attempts": attempt}
+            self.timings = {**clock, "attempts": attempt}
             return self.plan.pack_outputs(vals)
         raise AssertionError("unreachable")  # pragma: no cover
 
