@@ -161,3 +161,37 @@ def test_columns_and_rebase_agree_with_the_whole_matrix():
         assert_eq(out, (B @ X)[300:310], rtol=1e-12, atol=1e-12)
         out = rebase(fn)(np.empty((10, 3)), rows_of(B, 300, 310), X)  # not renumbered
         assert_eq(out, (B @ X)[300:310], rtol=1e-12, atol=1e-12)
+
+
+@pytest.mark.parametrize("case", ["add", "relu-mul", "row-bias"])
+def test_an_elementwise_op_of_the_panels_runs_per_panel_with_its_rows(client, case):
+    """``A @ X + B`` and the like: the elementwise op runs on the workers, each panel with
+    its rows of ``B`` (sent by rows with A's placement), a row-broadcast bias sent whole."""
+    A = poisson2d(50)
+    n = A.shape[0]
+    rng = np.random.default_rng(15)
+    X, B, b = (rng.standard_normal((n, 6)), rng.standard_normal((n, 6)),
+               rng.standard_normal(6))
+    D = A.toarray()
+    if case == "add":
+        fn, inputs, want = (lambda A, X, B: A @ X + B), {"A": A, "X": X, "B": B}, D @ X + B
+    elif case == "relu-mul":
+        fn, inputs = (lambda A, X, B: th.relu(A @ X) * B), {"A": A, "X": X, "B": B}
+        want = np.maximum(D @ X, 0) * B
+    else:
+        fn, inputs, want = (lambda A, X, b: A @ X - b), {"A": A, "X": X, "b": b}, D @ X - b
+    plan = _split_plan(fn, inputs)
+    cluster_plan = plan.distribute(client)
+    assert len(cluster_plan.fused) == 1  # the elementwise task runs per panel
+    got = cluster_plan.run(inputs)
+    assert_eq(got, want, rtol=1e-12, atol=1e-12)
+    assert_eq(got, plan.run(inputs, scheduler="sync"), rtol=1e-12, atol=1e-12)
+    where = cluster_plan.placement()
+    if case != "row-bias":
+        assert where["B"] == where["A"]  # B's rows went where A's rows are, none whole
+    # B changed in place: its rows are sent again
+    changed = dict(inputs)
+    if case != "row-bias":
+        B[n // 2] += 1.0
+        want = D @ X + B if case == "add" else np.maximum(D @ X, 0) * B
+        assert_eq(cluster_plan.run(changed), want, rtol=1e-12, atol=1e-12)

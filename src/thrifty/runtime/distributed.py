@@ -9,14 +9,21 @@
   sparse matrix) plus their shape, dtype and a CRC-32 of their whole content, so an input
   changed in place is sent again (:meth:`DistributedPlan.forget` drops what was sent).
 * **panels placed by data**: a sparse input read only by row-panel kernels (SpMV, SpMM,
-  fused ``SpMM → elementwise``) is not sent whole. Its panels are split into one contiguous
-  block of rows per worker, balanced by nonzeros, and each panel's rows are scattered to
-  the worker of its block; the panel's task runs there, on those rows only, and writes a
-  fresh output of its rows. Dense inputs the panels read are broadcast to every worker
-  (an operand computed on the cluster, like ``X @ W``, goes where Dask sends it).
-  Every other task of the plan (``X @ W``, elementwise, SDDMM, masked SpGEMM, softmax) runs
-  where Dask puts it.
-* **results gathered**: the outputs' panels are gathered and joined in this process.
+  ``SpMM → elementwise``, the fused chain ``(A @ X) @ W``) is not sent whole. Its panels
+  are split into one contiguous block of rows per worker, balanced by nonzeros, and each
+  panel's rows are scattered to the worker of its block, with the panel's callable; the
+  panel's task runs there, on those rows only, and writes a fresh output of its rows.
+* **operands sliced to what the panels read**: a worker gets, of the dense operand ``X``
+  of ``A @ X``, only the rows its block's column indices touch (and the columns of its
+  gathered dense segments): a range (sent as a view: no copy) or, when they fill less than
+  3/4 of their range, the rows gathered (:mod:`thrifty.runtime.slicing`). The block's
+  column indices are renumbered to positions in that slice once, when the block is sent;
+  an input operand is sliced and sent once per value like the matrix, an operand computed
+  on the cluster (``X @ W``) is sliced by a task on the worker. The other operands of a
+  panel (``W`` of a fused chain) are broadcast to every worker. Every other task of the
+  plan (``X @ W``, elementwise, SDDMM, masked SpGEMM, softmax) runs where Dask puts it.
+* **results gathered**: the outputs' panels come back as arrays (Dask sends numpy buffers
+  without a pickled copy) and are copied once, into the joined output.
 * **a worker lost mid-run**: Dask reruns the tasks of a worker that died elsewhere; data
   that only the dead worker held (scattered inputs cannot be recomputed) is scattered again
   from this process's copy and the run is submitted again (up to ``attempts`` times). An
@@ -53,6 +60,7 @@ import numpy as np
 import scipy.sparse as sp
 
 from thrifty.errors import ThriftyError
+from thrifty.graph.ops import get_op
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.runtime.slicing import (
     Cols,
@@ -64,7 +72,7 @@ from thrifty.runtime.slicing import (
     split,
     take_rows,
 )
-from thrifty.sparse.tasks import SpmvPanel, SpmvWhole, assemble_dense
+from thrifty.sparse.tasks import DenseRef, SpmvPanel, SpmvWhole, assemble_dense
 
 if TYPE_CHECKING:
     from thrifty.runtime.sparse_run import RunnablePlan
@@ -72,10 +80,16 @@ if TYPE_CHECKING:
 __all__ = ["DistributedPlan", "handle_for"]
 
 def run_panel(fn: Any, A: sp.csr_array, X: np.ndarray, tail: tuple[int, ...],
-              dtype: str, *extra: Any) -> np.ndarray:
-    """A moved panel's task on a worker: its rows of the product, in a fresh array."""
+              dtype: str, extra: Sequence[Any] = (), post: Any = None,
+              post_args: Sequence[Any] = ()) -> np.ndarray:
+    """A moved panel's task on a worker: its rows of the product, in a fresh array; with
+    ``post``, that elementwise op of them (``None`` in ``post_args``) and of the other
+    operands' rows (or whole broadcast operands)."""
     out = np.empty((A.shape[0], *tail), dtype=dtype)
-    return np.asarray(fn(out, A, X, *extra))
+    val = np.asarray(fn(out, A, X, *extra))
+    if post is None:
+        return val
+    return np.asarray(post(*[val if a is None else a for a in post_args]))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,6 +104,51 @@ class _Panel:
     extra: tuple[Hashable, ...]  # further operands, sent whole (W of a fused chain)
     tail: tuple[int, ...]
     dtype: str
+    post: Any = None     # an elementwise op of the panel's rows, run on the worker
+    post_args: tuple[tuple[str, Hashable] | None, ...] = ()  # None: the panel's rows
+
+
+def _fusions(tg: TaskGraph, moved: Mapping[Hashable, list[_Panel]],
+             dense: Mapping[Hashable, tuple[int, ...]], outputs: set[Hashable]
+             ) -> dict[Hashable, tuple[Hashable, tuple[tuple[str, Hashable] | None, ...]]]:
+    """The elementwise tasks that can run on the workers, per panel: ``{task: (the
+    assemble task it follows, its reads' layout)}``.
+
+    Such a task reads the joined panels of a moved row-panel op (nothing else reads them)
+    and dense inputs (``dense``: their shapes by buffer) that are either row-aligned with
+    the panels' output (the same shape: each panel gets its rows, ``("rows", buf)``) or
+    broadcast along the rows (fewer dimensions, or one row: sent whole,
+    ``("whole", buf)``)."""
+    panel_out = {tg.tasks[tid].writes[0]: tid for tid in moved
+                 if type(tg.tasks[tid].fn) is not SpmvWhole}
+    readers: dict[Hashable, list[Hashable]] = {}
+    for tid, t in tg.tasks.items():
+        for r in set(t.reads):
+            readers.setdefault(r, []).append(tid)
+    found: dict[Hashable, tuple[Hashable, tuple[tuple[str, Hashable] | None, ...]]] = {}
+    for aid, a in tg.tasks.items():
+        if a.kernel != "assemble" or not a.reads or any(r not in panel_out for r in a.reads):
+            continue
+        v, first = a.writes[0], moved[panel_out[a.reads[0]]][0]
+        shape = (tg.tasks[tg.tasks[first.tid].reads[0]].attrs["shape"][0], *first.tail)
+        users = readers.get(v, [])
+        e = tg.tasks[users[0]] if len(users) == 1 else None
+        if v in outputs or e is None or type(e.fn) is not DenseRef or \
+                get_op(e.fn.op).kind != "elementwise" or e.reads.count(v) != 1:
+            continue
+        layout: list[tuple[str, Hashable] | None] = []
+        for r in e.reads:
+            if r == v:
+                layout.append(None)
+            elif r in dense and tuple(dense[r]) == tuple(shape):
+                layout.append(("rows", r))
+            elif r in dense and (len(dense[r]) < len(shape) or tuple(dense[r][:1]) == (1,)):
+                layout.append(("whole", r))
+            else:
+                break
+        else:
+            found[users[0]] = (aid, tuple(layout))
+    return found
 
 
 def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
@@ -219,25 +278,58 @@ class DistributedPlan:
                       client.scheduler_info()["workers"].values())
         self._moved = _moved(tg, specs, max(1, threads))
         self._joined = {tid for tid in self._moved if type(tg.tasks[tid].fn) is SpmvWhole}
+        self._fuse(tg)
         moved_allocs = {tg.tasks[t].reads[0] for t in self._moved if t not in self._joined}
-        readers = {r for tid, t in tg.tasks.items() if tid not in self._moved
-                   for r in t.reads}
+        readers = {r for tid, t in tg.tasks.items()
+                   if tid not in self._moved and tid not in self._fused_skip for r in t.reads}
         self._skip = {b for b in moved_allocs if b not in readers}
         panels = [p for ps in self._moved.values() for p in ps]
-        self._broadcast = {r for p in panels for r in p.extra}
+        self._broadcast = {r for p in panels for r in p.extra} | \
+            {a[1] for p in panels for a in p.post_args if a is not None and a[0] == "whole"}
         # operands the cluster needs whole (else each worker gets the rows it reads only)
         self._whole = readers | self._broadcast | set(plan.output_buffers())
         self._ranges: dict[Hashable, list[tuple[int, int]]] = {}
         self._panels: dict[Hashable, list[_Panel]] = {}    # by matrix
         self._readers: dict[Hashable, list[Hashable]] = {}  # operand: matrices sliced for
+        self._rowwise: dict[Hashable, tuple[Hashable, set[tuple[int, int]]]] = {}
         for p in panels:
             self._ranges.setdefault(p.matrix, []).append(p.rows)
             self._panels.setdefault(p.matrix, []).append(p)
             if p.matrix not in self._readers.setdefault(p.operand, []):
                 self._readers[p.operand].append(p.matrix)
+            for a in p.post_args:
+                if a is not None and a[0] == "rows":
+                    self._rowwise.setdefault(a[1], (p.matrix, set()))[1].add(p.rows)
         self._sent: dict[Hashable, _Sent] = {}
         self._stamping = 0.0
         self.timings: dict[str, float] = {}
+
+    def _fuse(self, tg: TaskGraph) -> None:
+        """Attach to the moved panels the elementwise tasks that run per panel
+        (:func:`_fusions`); a row-aligned operand goes by rows with one matrix only."""
+        plan = self.plan
+        dense: dict[Hashable, tuple[int, ...]] = {
+            plan.input_buffer(n): tuple(s.shape) for n, s in plan.inputs.items()
+            if not s.sparse}
+        found = _fusions(tg, self._moved, dense, set(plan.output_buffers()))
+        by_rows: dict[Hashable, Hashable] = {}
+        self._fused_into: dict[Hashable, Hashable] = {}   # panel task: elementwise task
+        self._fused_skip: set[Hashable] = set()           # tasks done by the panels
+        self._fused_from: dict[Hashable, Hashable] = {}   # elementwise task: assemble
+        for eid, (aid, layout) in found.items():
+            tids = [t for t in self._moved if tg.tasks[t].writes[0] in tg.tasks[aid].reads]
+            matrix = self._moved[tids[0]][0].matrix
+            rows = {a[1] for a in layout if a is not None and a[0] == "rows"}
+            if any(by_rows.setdefault(b, matrix) != matrix for b in rows) or \
+                    any(self._moved[t][0].matrix != matrix for t in tids):
+                continue
+            post = tg.tasks[eid].fn
+            for t in tids:
+                self._moved[t] = [dataclasses.replace(p, post=post, post_args=layout)
+                                  for p in self._moved[t]]
+                self._fused_into[t] = eid
+            self._fused_skip |= {aid, eid}
+            self._fused_from[eid] = aid
 
     # -- data --------------------------------------------------------------------------
 
@@ -256,7 +348,9 @@ class DistributedPlan:
         if buf in self._ranges:
             self._send_pieces(buf, value, sent)
             return sent
-        if buf not in self._readers or buf in self._whole:
+        if buf in self._rowwise:
+            self._send_rows(buf, value, sent)
+        if (buf not in self._readers and buf not in self._rowwise) or buf in self._whole:
             sent.whole = self.client.scatter(value, hash=False,
                                              broadcast=buf in self._broadcast)
         sent.basis = self._basis(buf)
@@ -285,10 +379,25 @@ class DistributedPlan:
             sent.pieces.update({r: (f, w) for r, f in zip(mine, futs)})
             sent.fns.update({p.tid: f for p, f in zip(mine_p, futs[len(mine):])})
 
+    def _send_rows(self, buf: Hashable, value: Any, sent: _Sent) -> None:
+        """Scatter the row blocks of a row-aligned operand to the workers holding the same
+        rows of its matrix (views: no copy)."""
+        matrix, ranges = self._rowwise[buf]
+        held = self._sent.get(matrix)
+        mine: dict[str, list[tuple[int, int]]] = {}
+        for r, (_, w) in ({} if held is None else held.pieces).items():
+            if r in ranges:
+                mine.setdefault(w, []).append(r)
+        for w, rs in mine.items():
+            futs = self.client.scatter([value[r0:r1] for r0, r1 in rs], workers=[w],
+                                       hash=False)
+            sent.pieces.update({r: (f, w) for r, f in zip(rs, futs)})
+
     def _basis(self, buf: Hashable) -> tuple[tuple[Hashable, int], ...]:
-        """The sends of the matrices whose pieces the operand ``buf`` is sliced for."""
+        """The sends of the matrices whose placement the operand ``buf`` was sent by."""
+        ms = [*self._readers.get(buf, ()), *self._rowwise.get(buf, ((),))[:1]]
         return tuple((m, self._sent[m].serial if m in self._sent else -1)
-                     for m in self._readers.get(buf, ()))
+                     for m in ms if m != ())
 
     def _feed(self, inputs: Mapping[str, Any]) -> dict[Hashable, Any]:
         """The input buffers' values: the plan's inputs checked, and its constants."""
@@ -343,6 +452,11 @@ class DistributedPlan:
                     out.setdefault(names[buf], {})[w] = self._sent[matrix].cols[w].width
         return out
 
+    @property
+    def fused(self) -> list[Hashable]:
+        """The elementwise tasks that run on the workers, per panel, with its rows."""
+        return sorted(self._fused_from, key=str)
+
     def forget(self) -> None:
         """Release every scattered input (the next run sends them again)."""
         for sent in self._sent.values():
@@ -365,34 +479,54 @@ class DistributedPlan:
         local: dict[Hashable, tuple[Any, list[Any]]] = {}
         sliced: dict[tuple[Hashable, Hashable, str], Any] = {}
         tag = uuid.uuid4().hex[:12]
+        panel_out: dict[Hashable, Any] = {}  # futures of panels an elementwise op joins
         for tid in tg.order:
             t = tg.tasks[tid]
             out = t.writes[0]
             key = f"{out}@{tag}"
             if tid in self._moved:
-                futs = []
-                for p in self._moved[tid]:
-                    held = self._sent[p.matrix]
-                    fut, where = held.pieces[p.rows]
-                    x = self._operand(p, where, env, sliced, tag)
-                    futs.append(client.submit(run_panel, held.fns[p.tid], fut, x, p.tail,
-                                              p.dtype, *[env[r] for r in p.extra],
-                                              key=f"{p.tid}@{tag}", workers=[where],
-                                              allow_other_workers=True, pure=False))
+                parts = self._submit_panels(tid, env, sliced, tag)
+                if tid in self._fused_into:
+                    panel_out[out] = parts[0]
+                    continue
                 if tid not in self._joined:
-                    env[out] = futs[0]
-                elif out in outputs:
-                    local[out] = (assemble_dense, futs)
-                else:
-                    env[out] = client.submit(assemble_dense, *futs, key=key, pure=False)
-            elif out in self._skip:
+                    env[out] = parts[0]
+                    continue
+            elif tid in self._fused_from:
+                parts = [panel_out[r] for r in tg.tasks[self._fused_from[tid]].reads]
+            elif tid in self._fused_skip or out in self._skip:
                 continue
             elif out in outputs and t.kernel == "assemble":
                 local[out] = (t.fn, [env[r] for r in t.reads])
+                continue
             else:
                 env[out] = client.submit(t.fn, *[env[r] for r in t.reads], key=key,
                                          pure=False)
+                continue
+            if out in outputs:  # panels joined here, or on the cluster
+                local[out] = (assemble_dense, parts)
+            else:
+                env[out] = client.submit(assemble_dense, *parts, key=key, pure=False)
         return env, local
+
+    def _submit_panels(self, tid: Hashable, env: Mapping[Hashable, Any],
+                       sliced: dict[tuple[Hashable, Hashable, str], Any], tag: str
+                       ) -> list[Any]:
+        """Submit the panels of moved task ``tid``, each to the worker holding its rows;
+        their futures."""
+        futs = []
+        for p in self._moved[tid]:
+            held = self._sent[p.matrix]
+            fut, where = held.pieces[p.rows]
+            x = self._operand(p, where, env, sliced, tag)
+            post_args = [None if a is None else
+                         self._sent[a[1]].pieces[p.rows][0] if a[0] == "rows" else env[a[1]]
+                         for a in p.post_args]
+            futs.append(self.client.submit(
+                run_panel, held.fns[p.tid], fut, x, p.tail, p.dtype,
+                [env[r] for r in p.extra], p.post, post_args, key=f"{p.tid}@{tag}",
+                workers=[where], allow_other_workers=True, pure=False))
+        return futs
 
     def _operand(self, p: _Panel, where: str, env: Mapping[Hashable, Any],
                  sliced: dict[tuple[Hashable, Hashable, str], Any], tag: str) -> Any:
