@@ -195,3 +195,28 @@ def test_an_elementwise_op_of_the_panels_runs_per_panel_with_its_rows(client, ca
         B[n // 2] += 1.0
         want = D @ X + B if case == "add" else np.maximum(D @ X, 0) * B
         assert_eq(cluster_plan.run(changed), want, rtol=1e-12, atol=1e-12)
+
+
+def test_a_joined_output_that_a_later_task_reads(client):
+    """An output joined from panels that another task also reads: joined on the cluster,
+    gathered from there."""
+    A = poisson2d(40)
+    n = A.shape[0]
+    rng = np.random.default_rng(16)
+    inputs = {"A": A, "X": rng.standard_normal((n, 4)), "B": rng.standard_normal((n, 4))}
+
+    def both(A, X, B):
+        y = A @ X + B
+        return y, th.relu(y) * 2.0
+
+    plan = _split_plan(both, inputs)
+    y = plan.output_buffers()[0]
+    assert any(y in t.reads for t in plan.taskgraph.tasks.values())  # y is read again
+    D = A.toarray()
+    first = D @ inputs["X"] + inputs["B"]
+    got = plan.distribute(client).run(inputs)
+    want = plan.run(inputs, scheduler="sync")
+    assert len(got) == 2
+    for g, w, d in zip(got, want, (first, np.maximum(first, 0) * 2.0)):
+        assert_eq(g, d, rtol=1e-12, atol=1e-12)
+        assert_eq(g, w, rtol=1e-12, atol=1e-12)

@@ -283,6 +283,7 @@ class DistributedPlan:
         readers = {r for tid, t in tg.tasks.items()
                    if tid not in self._moved and tid not in self._fused_skip for r in t.reads}
         self._skip = {b for b in moved_allocs if b not in readers}
+        self._read = readers
         panels = [p for ps in self._moved.values() for p in ps]
         self._broadcast = {r for p in panels for r in p.extra} | \
             {a[1] for p in panels for a in p.post_args if a is not None and a[0] == "whole"}
@@ -503,7 +504,7 @@ class DistributedPlan:
                 env[out] = client.submit(t.fn, *[env[r] for r in t.reads], key=key,
                                          pure=False)
                 continue
-            if out in outputs:  # panels joined here, or on the cluster
+            if out in outputs and out not in self._read:  # panels joined here, or there
                 local[out] = (assemble_dense, parts)
             else:
                 env[out] = client.submit(assemble_dense, *parts, key=key, pure=False)
