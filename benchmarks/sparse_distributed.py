@@ -31,7 +31,7 @@ The CPU ratio ``cpu(1 worker) / max over workers cpu(2 workers)`` is the speed-u
 workers would give with a core each and no transfer; the wall ratio is what this machine
 gave. Writes ``benchmarks/results/sparse_distributed[_quick].json`` and prints the tables.
 
-Re-run at low load (about 4 minutes, 3 GB of memory)::
+Re-run at low load (2 rounds took 6 minutes at load 5; 7 rounds take longer; 3 GB of memory)::
 
     PYTHONPATH=src python benchmarks/sparse_distributed.py --rounds 7
 """
