@@ -94,6 +94,19 @@ def _is_pinned(node: Any) -> bool:
             or _op_name(node.target).endswith("_functional"))
 
 
+def _is_view(node: Any) -> bool:
+    """Whether an op's outputs alias its first input: a view op by name, or any op whose
+    schema marks every return as an alias that is not written (``unfold``,
+    ``view_as_complex``, ``view_as_real``, ...). A view allocates nothing, and a view of an
+    input the step overwrites reads what the input holds when it is used: a task reading it
+    reads the input (see :func:`mutated_inputs`)."""
+    if _op_name(node.target) in _VIEW_OPS:
+        return True
+    returns = getattr(getattr(node.target, "_schema", None), "returns", ())
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in returns)
+
+
 def mutated_inputs(joint: Any) -> set[str]:
     """Names of the placeholders a training step overwrites (a buffer updated in place, such
     as batch norm's running statistics): AOTAutograd copies the new values into them after
@@ -134,7 +147,7 @@ def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointG
             if node.target is operator.getitem:
                 parent = where.get(node.args[0])
                 where[node] = parent[node.args[1]] if isinstance(parent, tuple) else parent
-            elif _op_name(node.target) in _VIEW_OPS and reads:
+            elif _is_view(node) and reads:
                 where[node] = reads[0] if not isinstance(val, (tuple, list)) else \
                     tuple(reads[0] for _ in val)
             else:
