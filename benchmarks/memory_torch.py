@@ -93,11 +93,15 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         out = func(*args, **(kwargs or {}))
+        # an output on an input's storage that is not tracked (a view of a parameter, of
+        # the batch, of a gradient buffer made outside the step) allocated nothing
+        old = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs))
+               if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 s = t.untyped_storage()
                 key = s.data_ptr()
-                if key == 0:
+                if key == 0 or (key in old and key not in self.refs):
                     continue
                 if key not in self.refs:
                     self.refs[key] = 0

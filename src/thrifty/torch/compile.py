@@ -157,7 +157,6 @@ class Backend:
         return int(self.budget)
 
     def __call__(self, gm: Any, example_inputs: list[Any]) -> Any:
-        from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
         import torch
@@ -189,12 +188,15 @@ class Backend:
             return run
 
         def bw_compiler(bw: Any, _inputs: Any) -> Any:
-            def run(*args: Any) -> Any:
+            _boxed(bw)
+
+            def run(args: list[Any]) -> Any:
                 with contextlib.ExitStack() as stack:
                     for cm in self.around:
                         stack.enter_context(cm)
-                    return bw(*args)
-            return make_boxed_func(run)
+                    return bw(args)  # the graph empties the list: saved tensors die early
+            run._boxed_call = True  # type: ignore[attr-defined]
+            return run
 
         partition = functools.partial(self.partition, report=report, state=state)
         return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
@@ -425,6 +427,16 @@ def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
         for b in bufs:
             seen[b] = jg.graph.buffers[b].size
     return sum(seen.values())
+
+
+def _boxed(gm: Any) -> None:
+    """Make the FX graph module take its inputs as one list, which it empties once it holds
+    them (PyTorch's boxed calling convention): each saved tensor is then freed after its last
+    use in the backward, as eager autograd frees it, instead of at the end of the backward."""
+    from torch.fx.graph import _BoxedCodeGen
+
+    gm.graph.set_codegen(_BoxedCodeGen())
+    gm.recompile()
 
 
 def _storages(tensors: Any) -> set[Any]:
