@@ -39,7 +39,8 @@ of 16, 12 layers; 4 layers and 64x64 images in the quick mode).
 
 Usage::
 
-    python benchmarks/memory_torch.py --quick   # a few minutes on 2 cores
+    python benchmarks/memory_torch.py --quick   # a few minutes on 2 idle cores
+    python benchmarks/memory_torch.py --quick --models resnet50 --threads 1
     python benchmarks/memory_torch.py           # larger inputs
 
 Writes ``benchmarks/results/memory_torch.json``.
@@ -263,10 +264,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="intra-op threads (1 on a loaded machine: with more threads than "
+                         "free cores, every parallel op waits a time slice for a descheduled "
+                         "thread, and step times count op calls, not work)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                          "memory_torch.json"))
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     rows: list[dict[str, Any]] = []
     for name, (build, inp) in models(a.quick).items():
         if a.models and name not in a.models:
