@@ -268,3 +268,41 @@ def test_joint_taskgraph_sizes():
 def test_bad_arguments(bad):
     with pytest.raises(PlanError):
         tt.backend(**bad)
+
+
+def test_backward_frees_each_saved_tensor_after_its_last_use():
+    """The compiled backward empties its boxed argument list, so a saved tensor dies once
+    its last backward op has run (as in eager autograd), not when the backward returns:
+    the last layer's saved ``tanh`` output is gone while the first layer's gradients are
+    still being computed."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Probe(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.calls, self.saved, self.dead = 0, [], []
+
+        def __enter__(self):
+            self.calls += 1
+            return super().__enter__()
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            out = func(*args, **(kwargs or {}))
+            if self.calls == 1 and func is torch.ops.aten.tanh.default:
+                self.saved.append(StorageWeakRef(out.untyped_storage()))
+            elif self.calls == 2:
+                self.dead.append(sum(r.expired() for r in self.saved))
+            return out
+
+    torch.manual_seed(0)
+    layers = [m for _ in range(3) for m in (torch.nn.Linear(64, 64), torch.nn.Tanh())]
+    model = WithLoss(torch.nn.Sequential(*layers, torch.nn.Linear(64, 1)))
+    be = tt.backend(budget=1.0, partitioner="default")
+    step = torch.compile(model, backend=be)
+    step(torch.randn(32, 64)).backward()
+    probe = Probe()
+    be.around = [probe]
+    step(torch.randn(32, 64)).backward()
+    torch._dynamo.reset()
+    assert probe.calls == 2 and len(probe.saved) == 3
+    assert probe.dead[0] == 0 and probe.dead[-1] >= 2  # freed one by one, during the backward
