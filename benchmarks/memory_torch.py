@@ -39,7 +39,8 @@ of 16, 12 layers; 4 layers and 64x64 images in the quick mode).
 
 Usage::
 
-    python benchmarks/memory_torch.py --quick   # a few minutes on 2 cores
+    python benchmarks/memory_torch.py --quick   # a few minutes on 2 idle cores
+    python benchmarks/memory_torch.py --quick --models resnet50 --threads 1
     python benchmarks/memory_torch.py           # larger inputs
 
 Writes ``benchmarks/results/memory_torch.json``.
@@ -93,11 +94,15 @@ class LiveBytes(TorchDispatchMode):
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         out = func(*args, **(kwargs or {}))
+        # an output on an input's storage that is not tracked (a view of a parameter, of
+        # the batch, of a gradient buffer made outside the step) allocated nothing
+        old = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs))
+               if isinstance(a, torch.Tensor)}
         for t in tree_leaves(out):
             if isinstance(t, torch.Tensor):
                 s = t.untyped_storage()
                 key = s.data_ptr()
-                if key == 0:
+                if key == 0 or (key in old and key not in self.refs):
                     continue
                 if key not in self.refs:
                     self.refs[key] = 0
@@ -259,10 +264,14 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true")
     ap.add_argument("--models", nargs="*", default=None)
+    ap.add_argument("--threads", type=int, default=2,
+                    help="intra-op threads (1 on a loaded machine: with more threads than "
+                         "free cores, every parallel op waits a time slice for a descheduled "
+                         "thread, and step times count op calls, not work)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                          "memory_torch.json"))
     a = ap.parse_args()
-    torch.set_num_threads(2)
+    torch.set_num_threads(a.threads)
     rows: list[dict[str, Any]] = []
     for name, (build, inp) in models(a.quick).items():
         if a.models and name not in a.models:

@@ -20,7 +20,10 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
 3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
    checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
-   recomputations placed where the autograd engine would run them). PyTorch runs both.
+   recomputations placed where the autograd engine would run them). A recomputed batch
+   norm runs without its running statistics in the backward
+   (:func:`batch_norm_without_stats`). PyTorch runs both; the backward takes its inputs
+   boxed, so that each saved tensor is freed after its last use.
 
 With ``offload_bandwidth`` the plan may also offload: a forward value that is on the host
 when the backward starts is tagged ``should_offload`` and PyTorch's activation offloading
@@ -56,8 +59,8 @@ from thrifty.errors import BudgetNotMet, InfeasibleBudget, PlanError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.torch.joint import JointGraph, joint_taskgraph
 
-__all__ = ["BOUNDARY", "PARTITIONERS", "Backend", "GraphReport", "backend", "eager_saved_bytes",
-           "with_boundary"]
+__all__ = ["BOUNDARY", "PARTITIONERS", "Backend", "GraphReport", "backend",
+           "batch_norm_without_stats", "eager_saved_bytes", "with_boundary"]
 
 #: ``thrifty``: the plan; ``min_cut``: PyTorch's min-cut partitioner with its
 #: ``activation_memory_budget`` set to the budget fraction; ``default``: PyTorch's default
@@ -157,7 +160,6 @@ class Backend:
         return int(self.budget)
 
     def __call__(self, gm: Any, example_inputs: list[Any]) -> Any:
-        from functorch.compile import make_boxed_func
         from torch._dynamo.backends.common import aot_autograd
 
         import torch
@@ -189,12 +191,15 @@ class Backend:
             return run
 
         def bw_compiler(bw: Any, _inputs: Any) -> Any:
-            def run(*args: Any) -> Any:
+            _boxed(bw)
+
+            def run(args: list[Any]) -> Any:
                 with contextlib.ExitStack() as stack:
                     for cm in self.around:
                         stack.enter_context(cm)
-                    return bw(*args)
-            return make_boxed_func(run)
+                    return bw(args)  # the graph empties the list: saved tensors die early
+            run._boxed_call = True  # type: ignore[attr-defined]
+            return run
 
         partition = functools.partial(self.partition, report=report, state=state)
         return aot_autograd(fw_compiler=fw_compiler, bw_compiler=bw_compiler,
@@ -242,12 +247,14 @@ class Backend:
             report.offloaded = sum(
                 sum(jg.graph.buffers[b].size for b in jg.buffers_of.get(n.name, ()))
                 for n in fw.graph.nodes if n.meta.get("saved_for_offloading"))
-        report.saved = _graph_saved(jg, fw, num_fwd_outputs)
         report.recomputed = [n.name for n in bw.graph.nodes
                              if n.op == "call_function" and n.name in jg.forward
                              and n.name in jg.task_of]
-        report.recomputed_flops = sum(jg.graph.tasks[jg.task_of[n]].attrs["flops"]
+        report.recomputed_flops = sum(jg.graph.tasks[jg.output_task(n)].attrs["flops"]
                                       for n in report.recomputed)
+        if self.partitioner == "thrifty":
+            batch_norm_without_stats(fw, bw, num_fwd_outputs)
+        report.saved = _graph_saved(jg, fw, num_fwd_outputs)
         report.seconds = time.perf_counter() - t0
         return fw, bw
 
@@ -398,14 +405,60 @@ def _recomputes(node: Any, jg: JointGraph, recompute: set[Hashable]) -> bool:
         return False
     task = jg.task_of.get(node.name)
     if task is not None:
-        return task in recompute
+        return jg.output_task(node.name) in recompute
     parent = getattr(node.args[0], "name", "") if node.target is operator.getitem else ""
+    if parent in jg.bn_apply:  # a batch norm's output is recomputed, its statistics saved
+        return node.args[1] == 0 and jg.bn_apply[parent] in recompute
     if parent in jg.task_of:  # a multi-output op's outputs go with the op
         return jg.task_of[parent] in recompute
     producers = {jg.graph.buffers[b].producer for b in jg.buffers_of.get(node.name, ())}
     producers.discard(None)
     # a view of a saved value is recomputed from it; of a recomputed one, recomputed too
     return bool(producers)
+
+
+def batch_norm_without_stats(fw: Any, bw: Any, num_fwd_outputs: int) -> None:
+    """Recompute training batch norms in the backward without their running statistics.
+
+    A batch norm's output tagged for recomputation (:func:`thrifty.torch.joint.splits_batch_norm`)
+    makes PyTorch's partitioner copy ``_native_batch_norm_legit_functional`` into the
+    backward graph, reading the running statistics: inputs the step overwrites after the
+    forward (autograd would reject the saved input as modified). Each such call becomes
+    ``_native_batch_norm_legit.no_stats`` on the same input, weight and bias (its output and
+    batch statistics are bitwise the same; only the output is used, the statistics the
+    backward reads are the forward's, saved), and the running statistics it no longer reads
+    stop being saved: removed from the forward graph's saved outputs and from the backward
+    graph's inputs."""
+    import torch
+
+    functional = torch.ops.aten._native_batch_norm_legit_functional.default
+    freed: set[Any] = set()
+    for node in list(bw.graph.nodes):
+        if node.op != "call_function" or node.target is not functional:
+            continue
+        if any(u.target is not operator.getitem or u.args[1] >= 3 for u in node.users):
+            raise PlanError(f"a recomputed batch norm ({node.name}) has a running statistic "
+                            "read in the backward; it cannot be recomputed without them")
+        x, w, b, mean, var, training, momentum, eps = node.args
+        with bw.graph.inserting_before(node):
+            new = bw.graph.call_function(torch.ops.aten._native_batch_norm_legit.no_stats,
+                                         (x, w, b, training, momentum, eps))
+        new.meta = {**node.meta, "val": tuple(node.meta["val"][:3])}
+        node.replace_all_uses_with(new)
+        bw.graph.erase_node(node)
+        freed |= {mean, var}
+    unused = {p.name for p in freed if p.op == "placeholder" and not p.users}
+    if not freed:
+        return
+    for p in list(bw.graph.find_nodes(op="placeholder")):
+        if p.name in unused:
+            bw.graph.erase_node(p)
+    out = fw.graph.find_nodes(op="output")[0]
+    outs = list(out.args[0])
+    out.args = (tuple(outs[:num_fwd_outputs] + [
+        n for n in outs[num_fwd_outputs:] if getattr(n, "name", None) not in unused]),)
+    fw.recompile()
+    bw.recompile()
 
 
 def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
@@ -425,6 +478,16 @@ def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
         for b in bufs:
             seen[b] = jg.graph.buffers[b].size
     return sum(seen.values())
+
+
+def _boxed(gm: Any) -> None:
+    """Make the FX graph module take its inputs as one list, which it empties once it holds
+    them (PyTorch's boxed calling convention): each saved tensor is then freed after its last
+    use in the backward, as eager autograd frees it, instead of at the end of the backward."""
+    from torch.fx.graph import _BoxedCodeGen
+
+    gm.graph.set_codegen(_BoxedCodeGen())
+    gm.recompile()
 
 
 def _storages(tensors: Any) -> set[Any]:

@@ -11,8 +11,11 @@ whose memory is exactly the *activation* memory the partition decides about:
 
 * every ATen call is a :class:`Task` (``attrs``: ``op``, ``flops``, ``backward``,
   ``random``: a forward op never to recompute: see :func:`_is_pinned`, and an op reading an
-  input the step overwrites, see :func:`mutated_inputs`); view-like ops and
-  tuple ``getitem`` allocate nothing and alias the buffer they read;
+  input the step overwrites, see :func:`mutated_inputs`), except a training batch norm,
+  which is two: its statistics (pinned: it updates the running statistics) and its output
+  (``<name>:apply``, which may be recomputed: see :func:`splits_batch_norm`); view ops (by
+  name, or by their schema's alias annotations) and tuple ``getitem`` allocate nothing and
+  alias the buffer they read;
 * a forward op's outputs are buffers of their real size (``numel * itemsize`` from the
   tensor metadata AOTAutograd propagated), and so are the inputs named ``active``
   (activations made by an earlier graph); other placeholders (alive anyway: parameters,
@@ -55,6 +58,12 @@ class JointGraph:
     forward: set[str]                        # names of the forward nodes (placeholders too)
     task_of: dict[str, str] = field(default_factory=dict)      # node name -> task id
     buffers_of: dict[str, tuple[Hashable, ...]] = field(default_factory=dict)  # node -> bufs
+    #: a training batch norm's node name -> the task writing its output (:func:`_add_op`)
+    bn_apply: dict[str, str] = field(default_factory=dict)
+
+    def output_task(self, name: str) -> str:
+        """The task writing the (first) output of the node ``name``."""
+        return self.bn_apply.get(name) or self.task_of[name]
 
     def forward_tasks(self) -> list[Hashable]:
         return [t for t in self.order if not self.graph.tasks[t].attrs["backward"]]
@@ -92,6 +101,19 @@ def _is_pinned(node: Any) -> bool:
 
     return (torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
             or _op_name(node.target).endswith("_functional"))
+
+
+def _is_view(node: Any) -> bool:
+    """Whether an op's outputs alias its first input: a view op by name, or any op whose
+    schema marks every return as an alias that is not written (``unfold``,
+    ``view_as_complex``, ``view_as_real``, ...). A view allocates nothing, and a view of an
+    input the step overwrites reads what the input holds when it is used: a task reading it
+    reads the input (see :func:`mutated_inputs`)."""
+    if _op_name(node.target) in _VIEW_OPS:
+        return True
+    returns = getattr(getattr(node.target, "_schema", None), "returns", ())
+    return bool(returns) and all(r.alias_info is not None and not r.alias_info.is_write
+                                 for r in returns)
 
 
 def mutated_inputs(joint: Any) -> set[str]:
@@ -134,28 +156,11 @@ def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointG
             if node.target is operator.getitem:
                 parent = where.get(node.args[0])
                 where[node] = parent[node.args[1]] if isinstance(parent, tuple) else parent
-            elif _op_name(node.target) in _VIEW_OPS and reads:
+            elif _is_view(node) and reads:
                 where[node] = reads[0] if not isinstance(val, (tuple, list)) else \
                     tuple(reads[0] for _ in val)
             else:
-                backward = node.name not in fwd
-                tid = node.name
-                vals = list(val) if isinstance(val, (tuple, list)) else [val]
-                writes = tuple(f"{tid}.{k}" for k in range(len(vals))) \
-                    if isinstance(val, (tuple, list)) else (tid,)
-                for w, v in zip(writes, vals):
-                    buffers[w] = Buffer(w, 0 if backward else _nbytes(v), tid)
-                where[node] = writes if isinstance(val, (tuple, list)) else tid
-                moved = sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes) + sum(
-                    _nbytes(v) for v in vals)
-                flops = _flops(node)
-                tasks.append(Task(tid, reads=tuple(dict.fromkeys(reads)), writes=writes,
-                                  time=flops / NOMINAL_FLOPS + moved / NOMINAL_BYTES_PER_S,
-                                  attrs={"backward": backward, "op": _op_name(node.target),
-                                         "flops": flops, "random": _is_pinned(node) or (
-                                             not backward and bool(mutated & set(reads)))}))
-                jg.task_of[node.name] = tid
-                jg.order.append(tid)
+                _add_op(jg, node, tasks, buffers, where, reads, mutated)
         elif node.op == "output":
             results += [b for b in _reads(node, where) if b in buffers]
         x = where.get(node)
@@ -165,11 +170,69 @@ def joint_taskgraph(joint: Any, name: str = "joint", active: Any = ()) -> JointG
     return jg
 
 
-def _reads(node: Any, where: dict) -> list[Hashable]:
+def _add_op(jg: JointGraph, node: Any, tasks: list[Task], buffers: dict[Hashable, Buffer],
+            where: dict[Any, Any], reads: list[Hashable], mutated: set[str]) -> None:
+    """The task(s) of one ATen call: one task writing a buffer per output, except a
+    training batch norm of the forward that updates running statistics
+    (:func:`splits_batch_norm`): a pinned task writing its statistics, and a task
+    ``<name>:apply`` writing its output that may be recomputed. A forward task reading an
+    input the step overwrites is pinned (``random``: never recomputed)."""
+    val = node.meta.get("val")
+    backward = node.name not in jg.forward
+    tid = node.name
+    vals = list(val) if isinstance(val, (tuple, list)) else [val]
+    writes = tuple(f"{tid}.{k}" for k in range(len(vals))) \
+        if isinstance(val, (tuple, list)) else (tid,)
+    for w, v in zip(writes, vals):
+        buffers[w] = Buffer(w, 0 if backward else _nbytes(v), tid)
+    where[node] = writes if isinstance(val, (tuple, list)) else tid
+    moved = sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes) + sum(
+        _nbytes(v) for v in vals)
+    flops = _flops(node)
+    split = not backward and splits_batch_norm(node)
+    if split:  # the output: from the input, weight and bias, statistics computed again
+        apply = f"{tid}:apply"
+        buffers[writes[0]] = Buffer(writes[0], _nbytes(vals[0]), apply)
+        x = _nbytes(node.args[0].meta.get("val"))
+        inputs = tuple(dict.fromkeys(_reads(node, where, 3)))
+        tasks.append(Task(apply, reads=inputs, writes=writes[:1],
+                          time=(2 * x + _nbytes(vals[0])) / NOMINAL_BYTES_PER_S,
+                          attrs={"backward": False, "op": "batch_norm_apply", "flops": 0,
+                                 "random": bool(mutated & set(inputs))}))
+        jg.bn_apply[node.name] = apply
+        jg.order.append(apply)
+        writes = writes[1:]
+    tasks.append(Task(tid, reads=tuple(dict.fromkeys(reads)), writes=writes,
+                      time=flops / NOMINAL_FLOPS + moved / NOMINAL_BYTES_PER_S,
+                      attrs={"backward": backward, "op": _op_name(node.target),
+                             "flops": flops, "random": _is_pinned(node) or (
+                                 not backward and bool(mutated & set(reads)))}))
+    jg.task_of[node.name] = tid
+    jg.order.insert(len(jg.order) - split, tid)  # the statistics first
+
+
+def splits_batch_norm(node: Any) -> bool:
+    """Whether ``node`` is a training batch norm that updates running statistics
+    (``_native_batch_norm_legit_functional``, training): the op must run once (its running
+    statistics are overwritten after the forward), but its output is recomputed exactly by
+    ``_native_batch_norm_legit.no_stats`` on the same input, weight and bias (the same CPU
+    kernel computes the same batch statistics and the same normalization, without the
+    running statistics), so the output is a value that may be recomputed
+    (:func:`thrifty.torch.compile.batch_norm_without_stats` rewrites the backward)."""
+    import torch
+
+    return (node.op == "call_function"
+            and node.target is torch.ops.aten._native_batch_norm_legit_functional.default
+            and len(node.args) == 8 and node.args[5] is True and not node.kwargs
+            and all(hasattr(a, "meta") for a in node.args[:1]))
+
+
+def _reads(node: Any, where: dict, count: int | None = None) -> list[Hashable]:
     from torch.utils._pytree import tree_leaves
 
     out: list[Hashable] = []
-    for a in tree_leaves((node.args, node.kwargs)):
+    args = (node.args, node.kwargs) if count is None else node.args[:count]
+    for a in tree_leaves(args):
         if hasattr(a, "op") and a in where:
             x = where[a]
             out.extend(x if isinstance(x, tuple) else (x,))
