@@ -4,7 +4,6 @@ forced drops, and the iterated local search; every plan replayed by the simulato
 from __future__ import annotations
 
 import math
-import random
 
 import pytest
 
@@ -18,6 +17,8 @@ from thrifty.memory.order.generate import nn_like, random_layered
 from thrifty.memory.schedule import schedule
 from thrifty.memory.simulate import simulate
 
+from .test_budget import random_dag
+
 
 def check(g, p, budget, bw=None):
     r = simulate(g, p, offload_bandwidth=bw)
@@ -26,18 +27,6 @@ def check(g, p, budget, bw=None):
     assert e.peak == r.peak and math.isclose(e.makespan, r.makespan, rel_tol=1e-9,
                                              abs_tol=1e-9)
     return r
-
-
-def random_dag(seed, n, p=0.35, max_size=9):
-    rng = random.Random(seed)
-    tasks, bufs = [], []
-    for i in range(n):
-        preds = [j for j in range(i) if rng.random() < p]
-        if i and not preds:
-            preds = [rng.randrange(i)]
-        tasks.append(Task(i, reads=tuple(preds), writes=(i,), time=float(rng.randint(1, 5))))
-        bufs.append(Buffer(i, rng.randint(1, max_size), i))
-    return TaskGraph(tasks, bufs, name=f"dag{seed}")
 
 
 def test_identical_passes_run_once_within_a_plan_call():

@@ -21,14 +21,6 @@ from thrifty.testing import assert_eq
 distributed = pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=50) as cluster, \
-            distributed.Client(cluster) as c:
-        yield c
-
-
 def _matrix(n: int = 30000) -> sp.csr_array:
     """Random rows of 1 to 20 nonzeros (uneven, so the balance by nonzeros matters)."""
     rng = np.random.default_rng(1)

@@ -19,14 +19,6 @@ from thrifty.testing import assert_eq
 distributed = pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def client():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None, silence_logs=50) as cluster, \
-            distributed.Client(cluster) as c:
-        yield c
-
-
 def _held(cluster_plan, name: str) -> dict[str, int]:
     return cluster_plan.operand_rows()[name]
 

@@ -15,16 +15,6 @@ from thrifty.runtime.execute import execute
 distributed = pytest.importorskip("distributed")
 
 
-@pytest.fixture(scope="module")
-def client():
-    from distributed import Client, LocalCluster
-
-    with LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                      dashboard_address=None, silence_logs=40) as cluster, \
-            Client(cluster) as c:
-        yield c
-
-
 def _diamond(marker: Path | None = None) -> TaskGraph:
     """    src
           /   \\
