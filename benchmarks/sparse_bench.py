@@ -23,7 +23,6 @@ Writes ``benchmarks/results/sparse_bench[_full].json`` and prints the table.
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 import os
@@ -112,16 +111,12 @@ def instance_names(full: bool) -> list[str]:
     """Generated instances, and collection matrices with >= 10^4 nonzeros when present."""
     gen = (["poisson2d-1000", "poisson3d-64", "poisson3d-100", "rmat-17", "random-200000-16"]
            if full else ["poisson2d-300", "poisson3d-40", "rmat-14", "random-50000-16"])
-    from thrifty.testing import shared_data_dir
+    from thrifty.testing import shared_matrix_index
 
-    root = shared_data_dir()
-    if root is not None and (root / "matrices" / "INDEX.tsv").exists():
-        with open(root / "matrices" / "INDEX.tsv") as f:
-            rows = [r for r in csv.DictReader(f, delimiter="\t") if int(r["nnz"]) >= 10**4]
-        pick = rows if full else [r for r in rows if r["name"] in
-                                  ("cora", "bcsstk13", "ca-HepTh", "arrow")]
-        gen += [f"file:{r['file']}" for r in pick]
-    return gen
+    rows = [r for r in shared_matrix_index() if int(r["nnz"]) >= 10**4]
+    pick = rows if full else [r for r in rows if r["name"] in
+                              ("cora", "bcsstk13", "ca-HepTh", "arrow")]
+    return gen + [f"file:{r['file']}" for r in pick]
 
 
 def load(name: str) -> sp.csr_array:

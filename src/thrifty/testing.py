@@ -32,6 +32,19 @@ def shared_data_dir() -> Path | None:
     return None
 
 
+def shared_matrix_index() -> list[dict[str, str]]:
+    """The rows of ``shared/data/matrices/INDEX.tsv`` (its columns by name; ``file`` is
+    relative to ``matrices/``), or ``[]`` when the index is absent."""
+    import csv
+
+    root = shared_data_dir()
+    index = root / "matrices" / "INDEX.tsv" if root is not None else None
+    if index is None or not index.exists():
+        return []
+    with open(index) as f:
+        return list(csv.DictReader(f, delimiter="\t"))
+
+
 def require_shared_data(*parts: str) -> Path:
     """Return ``shared/data/<parts>``, or skip the calling pytest test with a clear reason."""
     import pytest

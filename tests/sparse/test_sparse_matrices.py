@@ -7,7 +7,6 @@ independent scipy/numpy pipeline otherwise.
 
 from __future__ import annotations
 
-import csv
 import functools
 from pathlib import Path
 
@@ -17,7 +16,7 @@ import scipy.sparse as sp
 
 import thrifty as th
 from thrifty.runtime.reference import evaluate
-from thrifty.testing import assert_eq, require_shared_data, shared_data_dir, to_dense
+from thrifty.testing import assert_eq, require_shared_data, shared_matrix_index, to_dense
 
 DENSE_LIMIT = 10**7
 MASKED_WORK_LIMIT = 5 * 10**7
@@ -40,11 +39,7 @@ def assert_close(got, expected) -> None:
 
 
 def _matrix_files() -> list[str]:
-    root = shared_data_dir()
-    if root is None or not (root / "matrices" / "INDEX.tsv").exists():
-        return ["<absent>"]
-    with open(root / "matrices" / "INDEX.tsv") as f:
-        return [row["file"] for row in csv.DictReader(f, delimiter="\t")]
+    return [row["file"] for row in shared_matrix_index()] or ["<absent>"]
 
 
 @functools.cache

@@ -12,8 +12,6 @@ of shared/data/matrices: against the dense reference where the matrix fits dense
 
 from __future__ import annotations
 
-import csv
-
 import numpy as np
 import pytest
 import scipy.sparse as sp
@@ -22,7 +20,7 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.reference import evaluate
-from thrifty.testing import require_shared_data, shared_data_dir, to_dense
+from thrifty.testing import require_shared_data, shared_matrix_index, to_dense
 
 
 def _sparse(shape, density, rng, dtype="float64", empty_row=True):
@@ -278,11 +276,7 @@ def test_random_specs_match_the_dense_reference(m, n, d1, d2, steps, dtype, seed
 
 # -- every matrix of shared/data/matrices ------------------------------------------------
 def _matrix_files() -> list[str]:
-    root = shared_data_dir()
-    if root is None or not (root / "matrices" / "INDEX.tsv").exists():
-        return ["<absent>"]
-    with open(root / "matrices" / "INDEX.tsv") as f:
-        return [row["file"] for row in csv.DictReader(f, delimiter="\t")]
+    return [row["file"] for row in shared_matrix_index()] or ["<absent>"]
 
 
 DENSE_LIMIT = 4 * 10**6

@@ -422,19 +422,17 @@ def _group_segments(segs: list[Seg], secs: list[float], n_tasks: int,
     for s, t in zip(segs, secs):
         while s.form == "csr" and acc + t > target * 1.05 and len(groups) < n_tasks \
                 and s.r1 - s.r0 > 1:
-            frac = (target - acc) / t
-            cut = s.r0 + max(1, int(round((s.r1 - s.r0) * frac)))
-            if indptr is not None and indptr[s.r1] > indptr[s.r0]:
-                cost = _cum_cost(indptr, s, t, row_seconds)
+            by_nnz = indptr is not None and indptr[s.r1] > indptr[s.r0]
+            if by_nnz:
+                cost = _cum_cost(indptr, s, t, row_seconds)  # type: ignore[arg-type]
                 cut = s.r0 + 1 + int(np.searchsorted(cost, target - acc, "left"))
+            else:
+                cut = s.r0 + max(1, int(round((s.r1 - s.r0) * (target - acc) / t)))
             if cut >= s.r1:
                 break
             groups[-1].append(Seg(s.r0, cut, "csr"))
             groups.append([])
-            if indptr is not None and indptr[s.r1] > indptr[s.r0]:
-                t -= float(_cum_cost(indptr, s, t, row_seconds)[cut - s.r0 - 1])
-            else:
-                t *= (s.r1 - cut) / (s.r1 - s.r0)
+            t = t - float(cost[cut - s.r0 - 1]) if by_nnz else t * (s.r1 - cut) / (s.r1 - s.r0)
             s = Seg(cut, s.r1, "csr")
             acc = 0.0
         groups[-1].append(s)

@@ -66,25 +66,10 @@ def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, pos, r
 
 
 @_jit
-def _count(aip, aix, bip, bix, mip, mix, pos, cnt):  # pragma: no cover - compiled
-    for i in range(mip.shape[0] - 1):
-        m0, m1 = mip[i], mip[i + 1]
-        if m0 == m1 or aip[i] == aip[i + 1]:
-            continue
-        for p in range(m0, m1):
-            pos[mix[p]] = p
-        for pa in range(aip[i], aip[i + 1]):
-            k = aix[pa]
-            for pb in range(bip[k], bip[k + 1]):
-                q = pos[bix[pb]]
-                if q >= 0:
-                    cnt[q] += 1
-        for p in range(m0, m1):
-            pos[mix[p]] = -1
-
-
-@_jit
-def _fill(aip, aix, bip, bix, mip, mix, pos, nxt, ia, ib):  # pragma: no cover - compiled
+def _walk_pairs(aip, aix, bip, bix, mip, mix, pos, nxt, ia, ib):  # pragma: no cover
+    # each pair (a_ik, b_kj) landing on a mask entry q: nxt[q] += 1, and with ia/ib not
+    # empty (the fill pass, nxt starting at ptr) its positions stored at the old nxt[q]
+    fill = ia.shape[0] > 0
     for i in range(mip.shape[0] - 1):
         m0, m1 = mip[i], mip[i + 1]
         if m0 == m1 or aip[i] == aip[i + 1]:
@@ -97,8 +82,9 @@ def _fill(aip, aix, bip, bix, mip, mix, pos, nxt, ia, ib):  # pragma: no cover -
                 q = pos[bix[pb]]
                 if q >= 0:
                     t = nxt[q]
-                    ia[t] = pa
-                    ib[t] = pb
+                    if fill:
+                        ia[t] = pa
+                        ib[t] = pb
                     nxt[q] = t + 1
         for p in range(m0, m1):
             pos[mix[p]] = -1
@@ -128,7 +114,9 @@ def masked_counts(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarr
     cnt = np.zeros(M.nnz, dtype=np.int64)
     if A.nnz and B.nnz and M.nnz:
         pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
-        _count(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos, cnt)
+        none = np.empty(0, dtype=np.int64)
+        _walk_pairs(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos, cnt,
+                    none, none)
     return cnt
 
 
@@ -153,8 +141,8 @@ def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
     ia, ib = np.empty(int(ptr[-1]), dtype=idx), np.empty(int(ptr[-1]), dtype=idx)
     if ptr[-1]:
         pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
-        _fill(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos,
-              ptr[:-1].copy(), ia, ib)
+        _walk_pairs(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos,
+                    ptr[:-1].copy(), ia, ib)
     return ptr, ia, ib
 
 

@@ -10,14 +10,14 @@ per-unit file that instantiates them (see :mod:`thrifty.numerics.rocq.export`);
 """
 
 from thrifty.numerics.rocq.coqc import (
-                                        LIBRARY,
-                                        STANDARD_AXIOMS,
-                                        admitted_count,
-                                        assumptions,
-                                        check_with_coqc,
-                                        compile_library,
-                                        library_dir,
-                                        write_library,
+    LIBRARY,
+    STANDARD_AXIOMS,
+    admitted_count,
+    assumptions,
+    check_with_coqc,
+    compile_library,
+    library_dir,
+    write_library,
 )
 from thrifty.numerics.rocq.export import export_unit, format_section, proof_gap
 
