@@ -7,6 +7,11 @@ pydata ``sparse`` (GCXS, its compressed format), dense numpy where the dense mat
 finch-tensor-lite is probed, not raced: its 0.1 release has dense and element levels only
 (no sparse level format) and runs its kernels through an interpreter
 (:func:`finch_probe`). :func:`set_threads` sets every library's thread count.
+
+:class:`PeerForms` converts an instance into each peer's format once (the benchmark reuses
+the conversions for SpMV, every SpMM width and the GCN layers), and :func:`check_peers`
+compares every peer's whole result with the plan's in one compiled pass (sparse results:
+on the union of both patterns) before the peer is timed.
 """
 
 from __future__ import annotations
@@ -17,8 +22,10 @@ import sys
 import time
 import warnings
 from collections.abc import Callable
+from functools import cached_property
 from typing import Any
 
+import numba
 import numpy as np
 import scipy.sparse as sp
 
@@ -94,96 +101,193 @@ def versions() -> dict[str, Any]:
     return out
 
 
-def product_peers(A: sp.csr_array, X: np.ndarray) -> dict[str, Callable[[], Any]]:
+class PeerForms:
+    """An instance ``A`` in each peer's own format, converted on first use and then kept:
+    the benchmark converts each instance once per peer, not once per kernel and width.
+    A form that a peer cannot build is None (the peer is left out)."""
+
+    def __init__(self, A: sp.csr_array) -> None:
+        self.A = A
+
+    @cached_property
+    def mkl(self) -> sp.csr_matrix | None:
+        """The scipy matrix sparse-dot-mkl takes (None without MKL)."""
+        return None if _mkl() is None else sp.csr_matrix(self.A)
+
+    @cached_property
+    def torch(self) -> Any:
+        """A ``torch.sparse_csr_tensor`` (int64 indices) sharing nothing with ``A``."""
+        try:
+            import torch
+        except Exception:  # noqa: BLE001 - optional peer
+            return None
+        A = self.A
+        return torch.sparse_csr_tensor(torch.from_numpy(A.indptr.astype(np.int64)),
+                                       torch.from_numpy(A.indices.astype(np.int64)),
+                                       torch.from_numpy(A.data), size=A.shape,
+                                       check_invariants=False)
+
+    @cached_property
+    def graphblas(self) -> Any:
+        """A python-graphblas Matrix."""
+        try:
+            import graphblas as gb
+
+            return gb.io.from_scipy_sparse(sp.csr_matrix(self.A))
+        except Exception:  # noqa: BLE001 - optional peer
+            return None
+
+    @cached_property
+    def pydata(self) -> Any:
+        """A pydata ``sparse.GCXS`` array."""
+        try:
+            import sparse as pds
+
+            return pds.GCXS.from_scipy_sparse(self.A)
+        except Exception:  # noqa: BLE001 - optional peer
+            return None
+
+    @cached_property
+    def dense(self) -> np.ndarray | None:
+        """The dense numpy array where it fits (``n * m <= DENSE_FIT``), else None."""
+        n, m = self.A.shape
+        return self.A.toarray() if n * m <= DENSE_FIT else None
+
+
+def product_peers(A: sp.csr_array, X: np.ndarray,
+                  forms: PeerForms | None = None) -> dict[str, Callable[[], Any]]:
     """``A @ X`` (SpMV for a vector ``X``, SpMM for a matrix) by every peer that applies.
 
     Each returns its library's natural result (graphblas keeps its own Vector/Matrix):
-    the time of the product, not of a conversion.
+    the time of the product, not of a conversion. ``forms`` holds ``A`` already converted
+    (one is made when not given).
     """
-    n, m = A.shape
+    f = PeerForms(A) if forms is None else forms
     vec = X.ndim == 1
     out: dict[str, Callable[[], Any]] = {"scipy": lambda: A @ X}
-    mkl = _mkl()
-    if mkl is not None:
-        Am = sp.csr_matrix(A)
+    mkl, Am = _mkl(), f.mkl
+    if mkl is not None and Am is not None:
         out["mkl"] = lambda: mkl.dot_product_mkl(Am, X)
-    try:
+    At = f.torch
+    if At is not None:
         import torch
 
-        At = torch.sparse_csr_tensor(torch.from_numpy(A.indptr.astype(np.int64)),
-                                     torch.from_numpy(A.indices.astype(np.int64)),
-                                     torch.from_numpy(A.data), size=A.shape,
-                                     check_invariants=False)
         Xt = torch.from_numpy(X)
         out["torch"] = (lambda: torch.mv(At, Xt)) if vec else (lambda: torch.mm(At, Xt))
-    except Exception:  # noqa: BLE001 - optional peer
-        pass
-    try:
+    G = f.graphblas
+    if G is not None:
         import graphblas as gb
 
-        G = gb.io.from_scipy_sparse(sp.csr_matrix(A))
         if vec:
             v = gb.Vector.from_dense(X)
             out["graphblas"] = lambda: G.mxv(v).new()
         else:
             Xg = gb.Matrix.from_dense(X)
             out["graphblas"] = lambda: G.mxm(Xg).new()
-    except Exception:  # noqa: BLE001 - optional peer
-        pass
-    try:
-        import sparse as pds
-
-        C = pds.GCXS.from_scipy_sparse(A)
+    C = f.pydata
+    if C is not None:
         out["pydata"] = lambda: C @ X
-    except Exception:  # noqa: BLE001 - optional peer
-        pass
-    if n * m <= DENSE_FIT:
-        D = A.toarray()
+    D = f.dense
+    if D is not None:
         out["dense"] = lambda: D @ X
     return out
 
 
-def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray) -> dict[str, Callable[[], Any]]:
+def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray,
+              forms: PeerForms | None = None) -> dict[str, Callable[[], Any]]:
     """``relu(A @ (X @ W))`` by scipy, MKL and torch (graphblas and pydata: see SpMM)."""
+    f = PeerForms(A) if forms is None else forms
     out: dict[str, Callable[[], Any]] = {"scipy": lambda: np.maximum(A @ (X @ W), 0)}
-    mkl = _mkl()
-    if mkl is not None:
-        Am = sp.csr_matrix(A)
+    mkl, Am = _mkl(), f.mkl
+    if mkl is not None and Am is not None:
         out["mkl"] = lambda: np.maximum(mkl.dot_product_mkl(Am, X @ W), 0)
-    try:
+    At = f.torch
+    if At is not None:
         import torch
 
-        At = torch.sparse_csr_tensor(torch.from_numpy(A.indptr.astype(np.int64)),
-                                     torch.from_numpy(A.indices.astype(np.int64)),
-                                     torch.from_numpy(A.data), size=A.shape,
-                                     check_invariants=False)
         Xt, Wt = torch.from_numpy(X), torch.from_numpy(W)
         out["torch"] = lambda: torch.relu(torch.mm(At, Xt @ Wt))
-    except Exception:  # noqa: BLE001 - optional peer
-        pass
     return out
 
 
-def check_peers(fns: dict[str, Callable[[], Any]], ref: np.ndarray,
+@numba.njit(parallel=True, nogil=True, cache=True)
+def _count_far(r, ref, rtol, atol):  # pragma: no cover - compiled
+    """How many ``i`` fail ``np.isclose(r[i], ref[i], rtol, atol)`` (NaN never close)."""
+    bad = 0
+    for i in numba.prange(r.shape[0]):
+        a, b = r[i], ref[i]
+        if not (a == b or abs(a - b) <= atol + rtol * abs(b)):
+            bad += 1
+    return bad
+
+
+def _as_result(r: Any) -> np.ndarray | sp.csr_array:
+    """A peer's or the plan's result as a numpy array or a canonical scipy CSR array."""
+    mod = type(r).__module__.split(".")[0]
+    if mod == "torch":
+        r = r.numpy()
+    elif mod == "graphblas":
+        if r.ndim == 1:
+            r = r.to_dense(fill_value=0)
+        else:
+            import graphblas as gb
+
+            r = gb.io.to_scipy_sparse(r, format="csr")
+    elif mod == "sparse":  # pydata
+        r = r.to_scipy_sparse() if r.ndim == 2 else r.todense()
+    if sp.issparse(r):
+        r = sp.csr_array(r, dtype=np.float64)
+        if not r.has_canonical_format:
+            r = r.copy()  # never reorder the caller's (the plan's) buffers in place
+            r.sum_duplicates()
+        return r
+    return np.asarray(r, dtype=np.float64)
+
+
+def _on_union(a: sp.csr_array, b: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
+    """The values of canonical CSR arrays ``a`` and ``b`` on the union of their patterns
+    (zero where one lacks an entry), in the same order."""
+    m = np.int64(a.shape[1])
+    keys = [np.repeat(np.arange(x.shape[0], dtype=np.int64), np.diff(x.indptr)) * m +
+            x.indices.astype(np.int64) for x in (a, b)]
+    union = np.union1d(keys[0], keys[1])
+    out = []
+    for x, k in zip((a, b), keys, strict=True):
+        v = np.zeros(len(union))
+        v[np.searchsorted(union, k)] = x.data
+        out.append(v)
+    return out[0], out[1]
+
+
+def results_match(r: Any, ref: Any, rtol: float = 1e-9, atol: float = 1e-9) -> bool:
+    """Whether ``r`` equals ``ref`` elementwise to rounding, as ``np.allclose(r, ref,
+    rtol, atol)`` on the dense forms would say, for every element: dense results in one
+    compiled pass over the whole arrays (no temporaries), sparse ones (or one sparse, one
+    dense) on the union of their patterns (entries absent from both are equal zeros)."""
+    r, ref = _as_result(r), _as_result(ref)
+    if r.shape != ref.shape:
+        return False
+    if sp.issparse(r) or sp.issparse(ref):
+        va, vb = _on_union(sp.csr_array(r), sp.csr_array(ref))
+        return int(_count_far(va, vb, rtol, atol)) == 0
+    a = np.ascontiguousarray(r).reshape(-1)
+    b = np.ascontiguousarray(ref).reshape(-1)
+    return int(_count_far(a, b, rtol, atol)) == 0
+
+
+def check_peers(fns: dict[str, Callable[[], Any]], ref: Any,
                 seconds: dict[str, float] | None = None) -> dict[str, bool]:
-    """Whether each peer's result equals ``ref`` (to rounding): a peer that computed
-    something else is not timed. The time of each peer's call goes into ``seconds`` when
-    given (the benchmark's warm-up of that peer)."""
+    """Whether each peer's result equals ``ref`` (to rounding, every element:
+    :func:`results_match`): a peer that computed something else is not timed. The time
+    of each peer's call goes into ``seconds`` when given (the benchmark's warm-up of that
+    peer)."""
     ok = {}
     for k, f in fns.items():
         t0 = time.perf_counter()
         r = f()
         if seconds is not None:
             seconds[k] = time.perf_counter() - t0
-        mod = type(r).__module__.split(".")[0]
-        if mod == "torch":
-            r = r.numpy()
-        elif mod == "graphblas":
-            r = r.to_dense(fill_value=0)
-        elif hasattr(r, "todense") and not isinstance(r, np.ndarray):
-            r = r.todense()
-        r = np.asarray(r)
-        ok[k] = r.shape == ref.shape and bool(np.allclose(r, ref, rtol=1e-9, atol=1e-9))
+        ok[k] = results_match(r, ref)
     return ok
 
 
