@@ -23,6 +23,7 @@ Writes ``benchmarks/results/sparse_bench[_full].json`` and prints the table.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import os
@@ -42,6 +43,7 @@ import scipy.sparse as sp
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from sparse_peers import (  # noqa: E402
     DENSE_FIT,
+    PeerForms,
     check_peers,
     finch_probe,
     gcn_peers,
@@ -66,19 +68,41 @@ def triad_fn(n: int = TRIAD_N) -> Callable[[], None]:
     return lambda: _triad(a, b, c, 3.0)
 
 
+def _rounds(sample_s: dict[str, float], repeat: int, budget: float) -> dict[str, int]:
+    """Timed rounds per implementation: ``repeat`` each where that fits in ``budget``
+    seconds, else one cap on each one's seconds (found by bisection: everyone's seconds up
+    to the cap fill the budget) cuts the slowest first, and no one runs fewer than
+    ``min(3, repeat)`` rounds (the only way past the budget): a slow peer no longer cuts
+    the rounds of the fast ones."""
+    lo = min(3, repeat)
+    full = {k: repeat * t for k, t in sample_s.items()}
+    cap = max(full.values(), default=0.0)
+    if sum(full.values()) > budget:
+        low, high = 0.0, cap
+        for _ in range(60):
+            mid = (low + high) / 2
+            low, high = (mid, high) if sum(min(s, mid) for s in full.values()) <= budget \
+                else (low, mid)
+        cap = low
+    return {k: max(lo, min(repeat, int(cap / max(t, 1e-12) + 1e-9)))
+            for k, t in sample_s.items()}
+
+
 def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int, seed: int = 0,
                       min_sample: float = 5e-3, budget: float = math.inf,
-                      warmed: dict[str, float] | None = None) -> dict[str, float]:
-    """Median time per call of each function over ``repeat`` rounds, each round in a new
-    (seeded) random order, so that a fluctuating load and a peer whose threads keep
+                      warmed: dict[str, float] | None = None,
+                      rounds_out: dict[str, int] | None = None) -> dict[str, float]:
+    """Median time per call of each function over up to ``repeat`` rounds, each round in a
+    new (seeded) random order, so that a fluctuating load and a peer whose threads keep
     spinning after it returns hit every implementation alike. Calls faster than
     ``min_sample`` are repeated back to back within a sample (count set at the warm-up).
-    Rounds are cut (to no fewer than 3) where the warm-up says that ``repeat`` of them
-    would take more than ``budget`` seconds: every implementation is still timed.
-    ``warmed`` gives the time of a call already made (a slow peer is not called again to
-    warm it up)."""
+    Where the warm-up says that ``repeat`` rounds of everyone would take more than
+    ``budget`` seconds, the slowest implementations run fewer rounds (no fewer than 3,
+    spread evenly over the case's rounds: :func:`_rounds`); every implementation is still
+    timed. ``warmed`` gives the time of a call already made (a slow peer is not called
+    again to warm it up); ``rounds_out`` receives each one's number of rounds."""
     inner: dict[str, int] = {}
-    round_s = 0.0
+    sample_s: dict[str, float] = {}
     for k, f in fns.items():
         warm = (warmed or {}).get(k, 0.0)
         if warm < min_sample:
@@ -90,19 +114,26 @@ def interleaved_times(fns: dict[str, Callable[[], Any]], repeat: int, seed: int 
             f()
             warm = min(warm, time.perf_counter() - t0)
         inner[k] = max(1, min(2000, int(min_sample / max(warm, 1e-7))))
-        round_s += inner[k] * warm
-    repeat = max(min(3, repeat), min(repeat, int(budget / max(round_s, 1e-9))))
+        sample_s[k] = inner[k] * warm
+    count = _rounds(sample_s, repeat, budget)
+    total = max(count.values(), default=0)
+    when = {k: set(np.round(np.linspace(0, total - 1, n)).astype(int).tolist())
+            for k, n in count.items()}
     ts: dict[str, list[float]] = {k: [] for k in fns}
     keys = list(fns)
     rng = np.random.default_rng(seed)
-    for _ in range(repeat):
+    for r in range(total):
         for i in rng.permutation(len(keys)):
             k = keys[i]
+            if r not in when[k]:
+                continue
             f, n = fns[k], inner[k]
             t0 = time.perf_counter()
             for _ in range(n):
                 f()
             ts[k].append((time.perf_counter() - t0) / n)
+    if rounds_out is not None:
+        rounds_out.update({k: len(v) for k, v in ts.items()})
     return {k: statistics.median(v) for k, v in ts.items()}
 
 
@@ -154,7 +185,9 @@ def load(name: str) -> sp.csr_array:
     raise click.BadParameter(f"unknown instance {name!r}")
 
 
+@functools.cache
 def programs() -> dict[str, Any]:
+    """The benchmark's programs (made once: their traces are reused across cases)."""
     import thrifty as th
 
     return {
@@ -220,7 +253,9 @@ def _attention_scipy(Q, K_, V, S):  # type: ignore[no-untyped-def]
     return sp.csr_array((w, S.indices, S.indptr), shape=S.shape) @ V
 
 
-def other_peers(kernel: str, A: sp.csr_array, inp: dict) -> dict[str, Callable[[], Any]]:
+def other_peers(kernel: str, A: sp.csr_array, inp: dict,
+                forms: PeerForms | None = None) -> dict[str, Callable[[], Any]]:
+    """The peers of SDDMM, masked SpGEMM, the GCN layers and masked attention."""
     n, m = A.shape
     fits = n * m <= DENSE_FIT
     out: dict[str, Callable[[], Any]] = {}
@@ -241,10 +276,10 @@ def other_peers(kernel: str, A: sp.csr_array, inp: dict) -> dict[str, Callable[[
             pass
     elif kernel == "gcn":
         X, W = inp["X"], inp["W"]
-        out.update(gcn_peers(A, X, W))
+        out.update(gcn_peers(A, X, W, forms))
     elif kernel == "gcn2":  # each peer's layer twice, the second on the first's output
         H = np.empty_like(inp["X"])
-        one, two = gcn_peers(A, inp["X"], inp["W"]), gcn_peers(A, H, inp["W2"])
+        one, two = gcn_peers(A, inp["X"], inp["W"], forms), gcn_peers(A, H, inp["W2"], forms)
         for p in one:
             out[p] = (lambda f, g: lambda: (H.__setitem__(..., f()), g())[1])(one[p], two[p])
     elif kernel == "attention":
@@ -264,37 +299,67 @@ def _cases(kernels: Sequence[str], ks: Sequence[int]) -> list[tuple[str, int]]:
     return out
 
 
-def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
-               threads: int, triad: Callable[[], None],
-               budget: float = math.inf) -> dict[str, Any] | None:
-    """One row: the plan, its peers (and the triad for SpMV/SpMM) in shuffled rounds."""
+def _inspect(kernel: str, inp: dict[str, Any], threads: int,
+             seen: set[str] | None) -> tuple[Any, float]:
+    """The plan of ``kernel`` for ``inp`` and the seconds its inspection took.
+
+    The first specialization may compile (or load from numba's cache) kernels, which is
+    not inspection: it is timed again where it did (numba entered its compiler: a
+    ``numba:compiler_lock`` event) or where it was the kernel's first in this process
+    (``seen`` records those; None: always twice), else its own time is the figure."""
+    from numba.core import event
+
     from thrifty.runtime.sparse_run import specialize
     from thrifty.sparse.cost import CostModel
 
+    tr = programs()[kernel].traced(**inp)
+    cost = CostModel(threads=threads)
+    with event.install_recorder("numba:compiler_lock") as rec:
+        t0 = time.perf_counter()
+        plan = specialize(tr.graph, inp, structure=tr.structure, cost=cost)
+        inspect = time.perf_counter() - t0
+    if rec.buffer or seen is None or kernel not in seen:
+        t0 = time.perf_counter()
+        plan = specialize(tr.graph, inp, structure=tr.structure, cost=cost)
+        inspect = time.perf_counter() - t0
+    if seen is not None:
+        seen.add(kernel)
+    return plan, inspect
+
+
+def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
+               threads: int, triad: Callable[[], None],
+               budget: float = math.inf, forms: PeerForms | None = None,
+               seen: set[str] | None = None) -> dict[str, Any] | None:
+    """One row: the plan, its peers (and the triad for SpMV/SpMM) in shuffled rounds.
+    ``forms`` holds the instance in each peer's format (made here when not given);
+    ``seen``: the kernels already specialized in this process (:func:`_inspect`)."""
+    forms = PeerForms(A) if forms is None else forms
+    phase: dict[str, float] = {}
+    t0 = time.perf_counter()
     inp = make_inputs(kernel, A, np.random.default_rng(0), k)
     if kernel == "masked-spgemm" and _spgemm_work(inp["L"]) > 2e9:
         return None
-    prog = programs()[kernel]
-    tr = prog.traced(**inp)
-    cost = CostModel(threads=threads)
-    specialize(tr.graph, inp, structure=tr.structure, cost=cost)  # compiles: not timed
-    t0 = time.perf_counter()
-    plan = specialize(tr.graph, inp, structure=tr.structure, cost=cost)
-    inspect = time.perf_counter() - t0
+    plan, inspect = _inspect(kernel, inp, threads, seen)
+    phase["setup_and_plan"] = time.perf_counter() - t0
     product = kernel in ("spmv", "spmm")
+    t0 = time.perf_counter()
+    peers = (product_peers(A, inp["x" if kernel == "spmv" else "X"], forms) if product
+             else other_peers(kernel, A, inp, forms))
+    phase["peer_setup"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
     warmed: dict[str, float] = {}
-    if product:
-        X = inp["x" if kernel == "spmv" else "X"]
-        peers = product_peers(A, X)
-        ok = check_peers(peers, np.asarray(plan.run(inp)), warmed)
-        wrong = [p for p, good in ok.items() if not good]
-        peers = {p: f for p, f in peers.items() if ok[p]}
-    else:
-        peers, wrong = other_peers(kernel, A, inp), []
+    ok = check_peers(peers, plan.run(inp), warmed)
+    wrong = [p for p, good in ok.items() if not good]
+    peers = {p: f for p, f in peers.items() if ok[p]}
+    phase["check"] = time.perf_counter() - t0
     fns = {"thrifty": lambda: plan.run(inp), **peers}
     if product:
         fns["triad"] = triad
-    t = interleaved_times(fns, repeat, budget=budget, warmed=warmed)
+    t0 = time.perf_counter()
+    rounds: dict[str, int] = {}
+    t = interleaved_times(fns, repeat, budget=budget, warmed=warmed, rounds_out=rounds)
+    phase["timed_rounds"] = time.perf_counter() - t0
     ours = t.pop("thrifty")
     rep = plan.report()
     row: dict[str, Any] = {
@@ -303,7 +368,7 @@ def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
         "kernels": rep["kernels"], "tasks": rep["tasks"],
         "useful_gflops": rep["useful_flops"] / ours / 1e9,
         "executed_over_useful": rep["executed_flops"] / max(1, rep["useful_flops"]),
-        "wrong_peers": wrong,
+        "wrong_peers": wrong, "rounds": rounds, "phase_s": phase, "first_call_s": warmed,
     }
     if product:
         bw = 24.0 * TRIAD_N / t.pop("triad")
@@ -322,9 +387,10 @@ def bench_case(name: str, A: sp.csr_array, kernel: str, k: int, repeat: int,
     return row
 
 
-#: Seconds of timed rounds per case at most (the rounds are cut, never the peers): what
-#: keeps ``--full`` to about 20 minutes on the 2-core development machine.
-CASE_BUDGET = 20.0
+#: Seconds of timed rounds per case at most: where everyone's ``repeat`` rounds would take
+#: longer, the slowest implementations run fewer rounds (never fewer than 3, never fewer
+#: implementations; the fast ones, the plan's among them, keep theirs).
+CASE_BUDGET = 8.0
 
 
 def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks: Sequence[int],
@@ -335,8 +401,10 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
     triad = triad_fn()
     rows = []
     t_start = time.perf_counter()
+    seen: set[str] = set()
     for name in instances or instance_names(full):
         A = load(name)
+        forms = PeerForms(A)  # each peer's format of A, converted once for every case
         for kernel, k in _cases(kernels, ks):
             if kernel in ("masked-spgemm", "gcn", "gcn2", "attention") and A.shape[0] != A.shape[1]:
                 continue
@@ -344,7 +412,8 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
                 continue  # the dense operands of every peer must fit beside the others'
             progress(f"[{time.perf_counter() - t_start:7.1f} s] {name} {kernel} k={k}")
             t0 = time.perf_counter()
-            row = bench_case(name, A, kernel, k, repeat, threads, triad, budget)
+            row = bench_case(name, A, kernel, k, repeat, threads, triad, budget, forms,
+                             seen)
             if row is not None:
                 row["bench_seconds"] = time.perf_counter() - t0
                 rows.append(row)
@@ -436,7 +505,7 @@ def _f(x: float | None) -> str:
               show_default=True)
 @click.option("--case-budget", type=click.FloatRange(0, min_open=True), default=CASE_BUDGET,
               show_default=True, help="Seconds of timed rounds per case at most (fewer "
-              "rounds, no fewer than 3, for cases whose calls are slow; never fewer peers).")
+              "rounds, no fewer than 3, for its slowest implementations; never fewer peers).")
 @click.option("--out", type=click.Path(dir_okay=False), default=None)
 def main(full: bool, quick: bool, kernels: tuple[str, ...], instances: tuple[str, ...],
          ks: tuple[int, ...], repeat: int, threads: int, case_budget: float,
