@@ -430,9 +430,9 @@ def run(full: bool, kernels: Sequence[str], instances: Sequence[str] | None, ks:
     }
 
 
-def _gmean(xs: Sequence[float]) -> float | None:
-    xs = [x for x in xs if x]
-    return float(np.exp(np.mean(np.log(xs)))) if xs else None
+def _gmean(xs: Sequence[float | None]) -> float | None:
+    vals = [x for x in xs if x]
+    return float(np.exp(np.mean(np.log(vals)))) if vals else None
 
 
 def summarize(rows: Sequence[dict[str, Any]]) -> dict[str, Any]:
