@@ -221,20 +221,23 @@ def _count_far(r, ref, rtol, atol):  # pragma: no cover - compiled
     return bad
 
 
-def _as_result(r: Any) -> np.ndarray | sp.csr_array:
-    """A peer's or the plan's result as a numpy array or a canonical scipy CSR array."""
+def _as_result(r: Any, dense: bool = False) -> np.ndarray | sp.csr_array:
+    """A peer's or the plan's result as a numpy array (always where ``dense``) or a
+    canonical scipy CSR array."""
     mod = type(r).__module__.split(".")[0]
     if mod == "torch":
         r = r.numpy()
     elif mod == "graphblas":
-        if r.ndim == 1:
+        if r.ndim == 1 or dense:
             r = r.to_dense(fill_value=0)
         else:
             import graphblas as gb
 
             r = gb.io.to_scipy_sparse(r, format="csr")
     elif mod == "sparse":  # pydata
-        r = r.to_scipy_sparse() if r.ndim == 2 else r.todense()
+        r = r.to_scipy_sparse() if r.ndim == 2 and not dense else r.todense()
+    if sp.issparse(r) and dense:
+        r = r.toarray()
     if sp.issparse(r):
         r = sp.csr_array(r, dtype=np.float64)
         if not r.has_canonical_format:
@@ -262,9 +265,11 @@ def _on_union(a: sp.csr_array, b: sp.csr_array) -> tuple[np.ndarray, np.ndarray]
 def results_match(r: Any, ref: Any, rtol: float = 1e-9, atol: float = 1e-9) -> bool:
     """Whether ``r`` equals ``ref`` elementwise to rounding, as ``np.allclose(r, ref,
     rtol, atol)`` on the dense forms would say, for every element: dense results in one
-    compiled pass over the whole arrays (no temporaries), sparse ones (or one sparse, one
-    dense) on the union of their patterns (entries absent from both are equal zeros)."""
-    r, ref = _as_result(r), _as_result(ref)
+    compiled pass over the whole arrays (no temporaries; a sparse result of a dense
+    reference made dense), sparse ones on the union of their patterns (entries absent from
+    both are equal zeros)."""
+    ref = _as_result(ref)
+    r = _as_result(r, dense=not sp.issparse(ref))  # a dense reference fits densely
     if r.shape != ref.shape:
         return False
     if sp.issparse(r) or sp.issparse(ref):

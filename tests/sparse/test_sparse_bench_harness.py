@@ -16,8 +16,7 @@ import sparse_peers as peers  # noqa: E402
 
 
 def _dense(r):  # a peer's result as a dense numpy array
-    return peers._as_result(r).toarray() if sp.issparse(peers._as_result(r)) else \
-        peers._as_result(r)
+    return peers._as_result(r, dense=True)
 
 
 @pytest.mark.parametrize("shape", [(40, 40), (30, 50)])
