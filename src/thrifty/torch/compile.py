@@ -86,7 +86,8 @@ class GraphReport:
 
 def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *,
             partitioner: str = "thrifty", time_limit: float = 2.0,
-            method: str = "auto") -> Backend:
+            method: str = "auto", offload_to: str | None = None,
+            offload_dir: str | None = None) -> Backend:
     """A ``torch.compile`` backend that saves at most ``budget`` activation bytes.
 
     Parameters
@@ -95,8 +96,8 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
         A float: the fraction of the activation bytes plain eager training saves for
         backward (in each compiled graph); an int: bytes per compiled graph.
     offload_bandwidth:
-        Bytes per second of the copy to host memory; when given, the planner may also
-        offload (through PyTorch's activation offloading; see the module docstring).
+        Bytes per second of the copy to host memory (or to disk); when given, the planner
+        may also offload (see the module docstring).
     partitioner:
         One of :data:`PARTITIONERS` (the other two are PyTorch's, for comparison).
     time_limit:
@@ -105,6 +106,14 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
         ``"auto"``: the minimum cut, and :func:`thrifty.memory.plan` where offloading is
         allowed or no cut fits; ``"cut"``: the cut only; a method of
         :func:`thrifty.memory.plan`: that planner only.
+    offload_to:
+        ``"host"`` (the default when ``offload_bandwidth`` is given): PyTorch's activation
+        offloading; ``"disk"``: files in a temporary directory
+        (:mod:`thrifty.torch.offload`), planned at ``offload_bandwidth`` or, when it is
+        ``None``, at the disk bandwidth measured in that directory.
+    offload_dir:
+        With ``offload_to="disk"``: the directory the temporary directory is made in
+        (default: the system's temporary directory).
 
     Example
     -------
@@ -117,7 +126,8 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     True
     """
     return Backend(budget, offload_bandwidth, partitioner=partitioner,
-                   time_limit=time_limit, method=method)
+                   time_limit=time_limit, method=method, offload_to=offload_to,
+                   offload_dir=offload_dir)
 
 
 class Backend:
@@ -125,7 +135,8 @@ class Backend:
 
     def __init__(self, budget: float | int, offload_bandwidth: float | None = None, *,
                  partitioner: str = "thrifty", time_limit: float = 2.0,
-                 method: str = "auto") -> None:
+                 method: str = "auto", offload_to: str | None = None,
+                 offload_dir: str | None = None) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
             raise PlanError(f"budget is {budget!r}; give a fraction >= 0 (a float, of the "
                             "activation bytes eager training saves) or a number of bytes "
@@ -138,7 +149,20 @@ class Backend:
                             "second > 0, or None to forbid offloading")
         if not time_limit > 0:
             raise PlanError(f"time_limit is {time_limit!r}; it must be seconds > 0")
+        if offload_to not in (None, "host", "disk"):
+            raise PlanError(f"offload_to is {offload_to!r}; valid: 'host', 'disk', or None")
+        if offload_dir is not None and offload_to != "disk":
+            raise PlanError("offload_dir is given but offload_to is not 'disk'; pass "
+                            "offload_to='disk' to offload to files in it")
         self.budget = budget
+        #: the files of offloaded tensors (``offload_to="disk"``), else ``None``
+        self.disk: Any = None
+        if offload_to == "disk":
+            from thrifty.torch.offload import DiskStore, disk_bandwidth
+
+            self.disk = DiskStore(offload_dir)
+            if offload_bandwidth is None:
+                offload_bandwidth = disk_bandwidth(self.disk.path)
         self.offload_bandwidth = offload_bandwidth
         self.partitioner = partitioner
         self.time_limit = float(time_limit)
@@ -232,15 +256,16 @@ class Backend:
                     joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
         else:
             recompute, offload = self._choose(jg, report)
+            host = offload if self.disk is None else set()
             for node in joint.graph.nodes:
                 for key in ("recompute", "ac_graph_id", "should_offload"):
                     node.meta.pop(key, None)
                 if _recomputes(node, jg, recompute):
                     node.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy \
                         .MUST_RECOMPUTE
-                elif node.name in jg.task_of and set(jg.buffers_of[node.name]) & offload:
+                elif node.name in jg.task_of and set(jg.buffers_of[node.name]) & host:
                     node.meta["should_offload"] = True
-            with config.patch(enable_activation_offloading=bool(offload),
+            with config.patch(enable_activation_offloading=bool(host),
                               activation_offload_separate_stream=False):
                 fw, bw = default_partition(joint, joint_inputs,
                                            num_fwd_outputs=num_fwd_outputs, **kw)
@@ -254,9 +279,24 @@ class Backend:
                                       for n in report.recomputed)
         if self.partitioner == "thrifty":
             batch_norm_without_stats(fw, bw, num_fwd_outputs)
+            if self.disk is not None and offload:
+                report.offloaded = self._to_disk(jg, fw, bw, num_fwd_outputs, offload)
         report.saved = _graph_saved(jg, fw, num_fwd_outputs)
         report.seconds = time.perf_counter() - t0
         return fw, bw
+
+    def _to_disk(self, jg: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int,
+                 offload: set[Hashable]) -> int:
+        """Send the saved tensors whose buffers the plan offloads to disk
+        (:func:`thrifty.torch.offload.to_disk`); returns their bytes."""
+        from thrifty.torch.offload import to_disk
+
+        assert self.disk is not None
+        names = {n for n, bufs in jg.buffers_of.items()
+                 if n in jg.forward and bufs and set(bufs) <= offload}
+        done = to_disk(fw, bw, num_fwd_outputs, names, self.disk.id)
+        return sum(jg.graph.buffers[b].size for b in {b for n in done
+                                                       for b in jg.buffers_of[n]})
 
     def _choose(self, jg: JointGraph,
                 report: GraphReport) -> tuple[set[Hashable], set[Hashable]]:
@@ -311,13 +351,14 @@ class Backend:
             p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
                      order=order, time_limit=self.time_limit,
                      method="auto" if self.method == "cut" else self.method,
-                     no_offload=_no_offload(g))
+                     no_offload=_no_offload(g, disk=self.disk is not None))
         except InfeasibleBudget:
             return None
         recompute = _plan_recomputes(g2, p.steps)
         offload = {b for b in _plan_offloads(g2, p.steps) - {
             b for t in recompute for b in g.tasks[t].writes}
-            if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
+            if b in g.buffers and (self.disk is not None
+                                   or len(g.tasks[g.buffers[b].producer].writes) == 1)}
         if _saved_bytes(jg, recompute, offload) > limit:
             return None
         report.plan_peak = int(p.info.get("peak", 0))
@@ -363,9 +404,13 @@ def _plan_recomputes(g: TaskGraph, steps: Any) -> set[Hashable]:
     return out
 
 
-def _no_offload(g: TaskGraph) -> set[Hashable]:
+def _no_offload(g: TaskGraph, disk: bool = False) -> set[Hashable]:
     """Buffers PyTorch's activation offloading cannot move: all but the single outputs of
-    forward ops (it skips ``getitem`` values of multi-output ops)."""
+    forward ops (it skips ``getitem`` values of multi-output ops); to disk, any output of
+    a forward op may go (inputs stay: the graph's caller holds them)."""
+    if disk:
+        return {b for t in g.tasks.values() if t.attrs["backward"] for b in t.writes} | {
+            b for b, buf in g.buffers.items() if buf.producer is None}
     return {b for t in g.tasks.values() if t.attrs["backward"] or len(t.writes) != 1
             for b in t.writes}
 
