@@ -16,7 +16,9 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
    among the cuts whose saved bytes fit the budget; every other forward value the backward
    (or a recomputation) reads is *saved*. With ``offload_bandwidth`` (or when no cut fits),
    :func:`thrifty.memory.plan` plans the whole graph with a boundary task
-   (:func:`with_boundary`), and a plan that offloads is taken over the cut;
+   (:func:`with_boundary`), and a plan that offloads is taken over the cut when its
+   recomputations and copies cost less nominal time (``offload_to="disk"``: files, see
+   :mod:`thrifty.torch.offload`);
 3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
    checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
@@ -305,8 +307,9 @@ class Backend:
         Recomputation alone: the minimum cut of :mod:`thrifty.torch.cut` (method ``auto``
         or ``cut``). With ``offload_bandwidth``, or when no cut fits, a plan of the whole
         joint graph that holds at most the budget of forward values on the device when the
-        backward starts (:func:`with_boundary`); a plan that offloads nothing gives way to
-        the cut, which recomputes less."""
+        backward starts (:func:`with_boundary`), taken over the cut when it offloads and its
+        recomputations and copies cost less nominal time than the cut's recomputations
+        (:meth:`_cost`)."""
         from thrifty.torch.cut import cheapest_within
 
         g, limit = jg.graph, report.budget
@@ -318,7 +321,8 @@ class Backend:
                 report.planner = "none needed"
                 return set(), set()
             planned = self._plan(jg, report)
-            if planned is not None and (planned[1] or cut is None):
+            if planned is not None and (cut is None or planned[1] and self._cost(
+                    jg, *planned) < self._cost(jg, cut, set())):
                 return planned
         if cut is not None:
             report.planner = "cut"
@@ -335,6 +339,18 @@ class Backend:
                 f"({limit / max(1, report.eager_saved):.2f} of eager's {report.eager_saved}). "
                 "Raise the budget, or pass offload_bandwidth to offload"), stacklevel=2)
         return everything, set()
+
+    def _cost(self, jg: JointGraph, recompute: set[Hashable],
+              offload: set[Hashable]) -> float:
+        """Nominal seconds a partition adds to the step: its recomputations
+        (:func:`thrifty.torch.cut.recompute_cost`) and, for each offloaded byte, a copy out
+        and a copy back at ``offload_bandwidth``."""
+        from thrifty.torch.cut import recompute_cost
+
+        g = jg.graph
+        moved = sum(g.buffers[b].size for b in offload)
+        return sum(recompute_cost(g.tasks[t]) for t in recompute) + (
+            2 * moved / self.offload_bandwidth if moved else 0.0)
 
     def _plan(self, jg: JointGraph,
               report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
