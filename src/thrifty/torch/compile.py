@@ -315,7 +315,8 @@ class Backend:
         g, limit = jg.graph, report.budget
         cut = None
         if self.method in ("auto", "cut"):
-            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r))
+            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r),
+                                  memory_bound_first=limit < report.eager_saved)
         if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
             if _saved_bytes(jg, set()) <= limit and cut is None:
                 report.planner = "none needed"
