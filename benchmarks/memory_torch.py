@@ -76,7 +76,7 @@ import thrifty.torch as tt  # noqa: E402
 
 BUDGETS = (1.0, 0.7, 0.5, 0.3)
 #: Budgets of the disk-offload rows: below what PyTorch's min-cut partitioner reaches.
-OFFLOAD_BUDGETS = (0.1,)
+OFFLOAD_BUDGETS = (0.1, 0.0)
 
 
 class LiveBytes(TorchDispatchMode):

@@ -351,7 +351,7 @@ class Backend:
         g = jg.graph
         moved = sum(g.buffers[b].size for b in offload)
         return sum(recompute_cost(g.tasks[t]) for t in recompute) + (
-            2 * moved / self.offload_bandwidth if moved else 0.0)
+            2 * moved / self.offload_bandwidth if moved and self.offload_bandwidth else 0.0)
 
     def _plan(self, jg: JointGraph,
               report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
