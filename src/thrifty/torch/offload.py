@@ -16,7 +16,8 @@ Files live in a temporary directory (under ``offload_dir``, default the system's
 directory) removed when the store is garbage collected or the interpreter exits; a token
 that dies unread (a forward without its backward) removes its file. A write goes through
 the operating system's page cache: the bytes leave the process's memory, and the kernel
-writes them back to disk as it sees fit.
+writes them back to disk as it sees fit. The tokens stay in memory (16 bytes each, counted
+in the saved bytes; the plan does not count them against the budget).
 """
 
 from __future__ import annotations
