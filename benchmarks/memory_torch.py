@@ -10,7 +10,11 @@ backward; the loss inside the compiled module) with:
   Inductor);
 * ``checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) on each block, eager (no budget:
   one row);
-* ``eager``: plain training (the reference).
+* ``eager``: plain training (the reference);
+* at the budgets of ``OFFLOAD_BUDGETS`` (below the others), ``thrifty`` (recomputation
+  only), ``thrifty_disk`` (``offload_to="disk"``, at ``--disk-bandwidth`` or the bandwidth
+  the backend measures) and ``min_cut`` (:func:`disk_rows`); the ``disk`` column is the
+  bytes written to files per step over eager's saved bytes.
 
 Measured per step (after a warm-up step that compiles):
 
@@ -42,6 +46,7 @@ Usage::
     python benchmarks/memory_torch.py --quick   # a few minutes on 2 idle cores
     python benchmarks/memory_torch.py --quick --models resnet50 --threads 1
     python benchmarks/memory_torch.py           # larger inputs
+    python benchmarks/memory_torch.py --quick --models gpt2 --budgets --disk-bandwidth 1e12
 
 Writes ``benchmarks/results/memory_torch.json``.
 """
