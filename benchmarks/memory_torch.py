@@ -10,7 +10,11 @@ backward; the loss inside the compiled module) with:
   Inductor);
 * ``checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) on each block, eager (no budget:
   one row);
-* ``eager``: plain training (the reference).
+* ``eager``: plain training (the reference);
+* at the budgets of ``OFFLOAD_BUDGETS`` (below the others), ``thrifty`` (recomputation
+  only), ``thrifty_disk`` (``offload_to="disk"``, at ``--disk-bandwidth`` or the bandwidth
+  the backend measures) and ``min_cut`` (:func:`disk_rows`); the ``disk`` column is the
+  bytes written to files per step over eager's saved bytes.
 
 Measured per step (after a warm-up step that compiles):
 
@@ -42,6 +46,7 @@ Usage::
     python benchmarks/memory_torch.py --quick   # a few minutes on 2 idle cores
     python benchmarks/memory_torch.py --quick --models resnet50 --threads 1
     python benchmarks/memory_torch.py           # larger inputs
+    python benchmarks/memory_torch.py --quick --models gpt2 --budgets --disk-bandwidth 1e12
 
 Writes ``benchmarks/results/memory_torch.json``.
 """
@@ -75,6 +80,8 @@ import torch_models as tm  # noqa: E402
 import thrifty.torch as tt  # noqa: E402
 
 BUDGETS = (1.0, 0.7, 0.5, 0.3)
+#: Budgets of the disk-offload rows: below what PyTorch's min-cut partitioner reaches.
+OFFLOAD_BUDGETS = (0.1, 0.0)
 
 
 class LiveBytes(TorchDispatchMode):
@@ -190,7 +197,8 @@ def measure(module: WithLoss, fn: Any, x: torch.Tensor, repeats: int,
 
 
 def run_model(name: str, build: Any, make_input: Any, repeats: int,
-              time_limit: float) -> list[dict[str, Any]]:
+              time_limit: float, disk: dict[str, Any] | None = None,
+              budgets: Any = BUDGETS) -> list[dict[str, Any]]:
     torch.manual_seed(0)
     base = build()
     torch.manual_seed(1)
@@ -208,7 +216,7 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
                  **_row(measure(m, m, x, repeats), ref)})
     print(f"  {name} checkpoint: saved {rows[-1]['saved']:.2f} peak {rows[-1]['peak']:.2f} "
           f"time {rows[-1]['time']:.2f} +flops {rows[-1]['extra_flops']:.3f}", flush=True)
-    for f in BUDGETS:
+    for f in budgets:
         for part in ("thrifty", "min_cut"):
             m = fresh()
             be = tt.backend(budget=f, partitioner=part, time_limit=time_limit)
@@ -234,6 +242,50 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
             print(f"  {name} {r['method']} {f}: saved {r['saved']:.2f} peak {r['peak']:.2f} "
                   f"time {r['time']:.2f} +flops {r['extra_flops']:.3f} "
                   f"grads {'equal' if r['grads_equal'] else 'DIFF'}", flush=True)
+    if disk:
+        rows += disk_rows(name, fresh, x, repeats, time_limit, ref, disk)
+    return rows
+
+
+def disk_rows(name: str, fresh: Any, x: torch.Tensor, repeats: int, time_limit: float,
+              ref: dict[str, Any], disk: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows at the budgets of ``OFFLOAD_BUDGETS``: thrifty's cut (recomputation only),
+    thrifty with offloading to disk (``offload_to="disk"``, files in a temporary
+    directory, at ``disk["bandwidth"]`` or the bandwidth the backend measures), and
+    PyTorch's min-cut partitioner at the same fraction. ``disk``: the bytes the compiled
+    forwards wrote to files per step, as a fraction of eager's saved bytes."""
+    rows = []
+    for f in OFFLOAD_BUDGETS:
+        for method in ("thrifty", "thrifty_disk", "min_cut"):
+            m = fresh()
+            kw: dict[str, Any] = {"partitioner": "min_cut" if method == "min_cut"
+                                  else "thrifty"}
+            if method == "thrifty_disk":
+                kw.update(offload_to="disk", offload_bandwidth=disk["bandwidth"])
+            be = tt.backend(budget=f, time_limit=time_limit, **kw)
+            try:
+                r = measure(m, torch.compile(m, backend=be), x, repeats, be)
+            except RuntimeError as e:
+                torch._dynamo.reset()
+                rows.append({"model": name, "method": method, "budget": f,
+                             "error": str(e).split("\n")[0][:200]})
+                print(f"  {name} {method} {f}: FAILED: {rows[-1]['error']}", flush=True)
+                continue
+            r["flops"] += ref["flops"]
+            torch._dynamo.reset()
+            row = {"model": name, "method": method, "budget": f, **_row(r, ref),
+                   "fallback": any(g.fallback for g in be.reports),
+                   "disk_bytes": sum(g.offloaded for g in be.reports) if be.disk else 0,
+                   "offload_bandwidth": be.offload_bandwidth}
+            row["disk"] = row["disk_bytes"] / ref["saved"]
+            if be.disk is not None:
+                row["files_left"] = len(be.disk.files())
+                be.disk.close()
+            rows.append(row)
+            print(f"  {name} {method} {f}: saved {row['saved']:.3f} disk {row['disk']:.3f} "
+                  f"peak {row['peak']:.2f} time {row['time']:.2f} "
+                  f"+flops {row['extra_flops']:.3f} "
+                  f"grads {'equal' if row['grads_equal'] else 'DIFF'}", flush=True)
     return rows
 
 
@@ -270,26 +322,37 @@ def main() -> None:
                          "thread, and step times count op calls, not work)")
     ap.add_argument("--out", default=str(Path(__file__).parent / "results" /
                                          "memory_torch.json"))
+    ap.add_argument("--no-disk", action="store_true",
+                    help=f"skip the disk-offload rows (budgets {OFFLOAD_BUDGETS})")
+    ap.add_argument("--budgets", type=float, nargs="*", default=list(BUDGETS),
+                    help="budget fractions of the thrifty / min_cut rows (none: only the "
+                         "eager, checkpoint and disk-offload rows)")
+    ap.add_argument("--disk-bandwidth", type=float, default=None,
+                    help="bytes/s the disk-offload plan assumes (default: measured by the "
+                         "backend in its temporary directory)")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    disk = None if a.no_disk else {"bandwidth": a.disk_bandwidth}
     rows: list[dict[str, Any]] = []
     for name, (build, inp) in models(a.quick).items():
         if a.models and name not in a.models:
             continue
         print(f"{name} ...", flush=True)
         rows += run_model(name, build, inp, repeats=2 if a.quick else 5,
-                          time_limit=1.0 if a.quick else 5.0)
+                          time_limit=1.0 if a.quick else 5.0, disk=disk,
+                          budgets=a.budgets)
     table = Table(title="Training within an activation budget (CPU; ratios to eager)")
-    for c in ("model", "method", "budget", "saved", "peak", "time", "+flops", "grads"):
+    for c in ("model", "method", "budget", "saved", "disk", "peak", "time", "+flops", "grads"):
         table.add_column(c, justify="left" if c in ("model", "method") else "right")
     for r in rows:
         if "error" in r:
             table.add_row(r["model"], r["method"], f"{r['budget']:.1f}", "failed", "", "", "",
-                          "")
+                          "", "")
             continue
         table.add_row(r["model"], r["method"] + (" (fallback)" if r.get("fallback") else ""),
                       "-" if r["budget"] is None else f"{r['budget']:.1f}",
-                      f"{r['saved']:.2f}", f"{r['peak']:.2f}", f"{r['time']:.2f}",
+                      f"{r['saved']:.2f}", f"{r.get('disk', 0.0):.2f}", f"{r['peak']:.2f}",
+                      f"{r['time']:.2f}",
                       f"{r['extra_flops']:.2f}", "equal" if r["grads_equal"] else "DIFF")
     Console().print(table)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)

@@ -306,3 +306,109 @@ def test_backward_frees_each_saved_tensor_after_its_last_use():
     torch._dynamo.reset()
     assert probe.calls == 2 and len(probe.saved) == 3
     assert probe.dead[0] == 0 and probe.dead[-1] >= 2  # freed one by one, during the backward
+
+
+# -- offload to disk -----------------------------------------------------------------------
+@pytest.mark.parametrize(("name", "budget"), [("attention", 0.02), ("mlp", 0.05),
+                                              ("residual", 0.05), ("gpt2", 0.1)])
+def test_disk_offload_training_is_exact(eager, name, budget, tmp_path):
+    """Saved tensors the plan offloads go to files in the forward and come back before
+    their first use in the backward: loss, gradients and weights after two SGD steps are
+    bitwise eager's, the bytes left in memory are within the budget, the bytes on disk
+    are the plan's, and no file outlives its backward."""
+    start, x, (ref_steps, ref_weights) = eager(name)
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=budget, offload_bandwidth=1e12, offload_to="disk",
+                    offload_dir=str(tmp_path), time_limit=1.0)
+    written = []
+
+    class Count:
+        def __enter__(self):
+            written.append(be.disk.written)
+
+        def __exit__(self, *exc):
+            written.append(be.disk.written)
+
+    be.around = [Count()]
+    steps, weights = train(m, torch.compile(m, backend=be), x)
+    torch._dynamo.reset()
+    (r,) = be.reports
+    assert not r.fallback and r.offloaded > 0 and r.saved <= r.budget
+    assert written[-1] - written[0] == 2 * r.offloaded  # two steps, each writes the plan's
+    for (loss, nbytes, grads), (rloss, rbytes, rgrads) in zip(steps, ref_steps):
+        assert torch.equal(loss, rloss)
+        assert grads.keys() == rgrads.keys()
+        for k in grads:
+            assert torch.equal(grads[k], rgrads[k]), k
+        assert nbytes <= budget * rbytes, (nbytes, rbytes)  # the files' tokens included
+        assert nbytes == be.last_saved
+    for k in weights:
+        assert torch.equal(weights[k], ref_weights[k]), k
+    assert be.disk.files() == [] and be.disk.meta == {}
+    path = be.disk.path
+    assert path.startswith(str(tmp_path))
+    be.disk.close()
+    import os
+    assert not os.path.exists(path)
+
+
+def test_disk_files_of_a_forward_without_backward_are_removed(eager, tmp_path):
+    """A forward whose backward never runs leaves no file once its graph is dropped; the
+    store's directory is removed when the interpreter exits."""
+    import gc
+    import os
+
+    start, x, _ = eager("attention")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=0.02, offload_bandwidth=1e12, offload_to="disk",
+                    offload_dir=str(tmp_path), time_limit=1.0)
+    step = torch.compile(m, backend=be)
+    loss = step(x)
+    assert be.disk.files()  # written, waiting for the backward
+    del loss
+    gc.collect()
+    assert be.disk.files() == []
+    torch._dynamo.reset()
+    import subprocess
+    import sys
+
+    code = ("import thrifty.torch as tt; be = tt.backend(0.1, offload_to='disk', "
+            f"offload_dir={str(tmp_path)!r}); print(be.disk.path, be.offload_bandwidth > 0)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    path, positive = out.stdout.split()
+    assert positive == "True" and path.startswith(str(tmp_path)) and not os.path.exists(path)
+
+
+@pytest.mark.parametrize(("make", "same_strides"), [
+    (lambda: torch.randn(5, 7), True),
+    (lambda: torch.randn(7, 5).t(), True),                  # permuted: strides kept
+    (lambda: torch.randn(4, 6, 8).permute(2, 0, 1), True),
+    (lambda: torch.randn(10, 10)[2:7], True),               # an offset into the storage
+    (lambda: torch.randn(10, 10)[2:7, 1:9], False),         # a window: read back contiguous
+    (lambda: torch.randn(3, 4).to(torch.bfloat16), True),
+    (lambda: torch.randn(6).expand(3, 6), False),           # overlapping
+    (lambda: torch.randint(0, 9, (0, 3)), True),
+])
+def test_disk_store_round_trip_is_bitwise(make, same_strides, tmp_path):
+    from thrifty.torch.offload import DiskStore, load, store
+
+    s = DiskStore(tmp_path)
+    t = make()
+    token = store(t, s.id)
+    assert len(s.files()) == 1 and s.written == t.numel() * t.element_size()
+    back = load(token)
+    assert back.dtype == t.dtype and back.shape == t.shape and torch.equal(back, t)
+    assert back.untyped_storage().data_ptr() != t.untyped_storage().data_ptr() or not t.numel()
+    assert (back.stride() == t.stride()) == same_strides or t.dim() < 2
+    assert s.files() == []
+    s.close()
+
+
+@pytest.mark.parametrize("bad", [dict(offload_to="tape"),
+                                 dict(offload_dir="/tmp"),
+                                 dict(offload_to="disk", offload_dir="/no/such/dir"),
+                                 dict(offload_to="disk", offload_bandwidth=-1.0)])
+def test_bad_disk_offload_arguments(bad):
+    with pytest.raises(PlanError, match="offload"):
+        tt.backend(budget=0.1, **bad)

@@ -19,7 +19,14 @@ from hypothesis import given, settings  # noqa: E402
 from hypothesis import strategies as st  # noqa: E402
 
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph  # noqa: E402
-from thrifty.torch.cut import TIE_BREAK, cheapest_within, cut_at, recompute_cost  # noqa: E402
+from thrifty.torch.cut import (  # noqa: E402
+    MEMORY_BOUND_WEIGHT,
+    TIE_BREAK,
+    cheapest_within,
+    cut_at,
+    price,
+    recompute_cost,
+)
 from thrifty.torch.joint import JointGraph  # noqa: E402
 
 
@@ -33,7 +40,8 @@ def joints(draw):
         outs = tuple(f"f{i}.{k}" for k in range(draw(st.sampled_from([1, 1, 2]))))
         tasks.append(Task(f"f{i}", reads=tuple(reads), writes=outs,
                           time=draw(st.floats(1e-9, 1e-5)),
-                          attrs={"backward": False, "flops": draw(st.integers(0, 10**6)),
+                          attrs={"backward": False,  # elementwise ops (0 flops) too
+                                 "flops": draw(st.sampled_from([0, draw(st.integers(1, 10**6))])),
                                  "random": draw(st.booleans()) and draw(st.booleans())}))
         bufs += [Buffer(o, draw(st.integers(1, 4096)), f"f{i}") for o in outs]
         made += list(outs)
@@ -54,7 +62,7 @@ def _needed(g: TaskGraph, recompute: set) -> set:
     return need
 
 
-def _cost(g: TaskGraph, recompute: set, lam: float) -> int | None:
+def _cost(g: TaskGraph, recompute: set, lam: float, first: bool = False) -> int | None:
     """Saved bytes plus the priced recomputation; ``None`` if the set recomputes an op
     that must run once."""
     if any(g.tasks[t].attrs["random"] for t in recompute):
@@ -62,27 +70,42 @@ def _cost(g: TaskGraph, recompute: set, lam: float) -> int | None:
     saved = sum(g.buffers[b].size for b in _needed(g, recompute)
                 if g.buffers[b].producer not in recompute)
     fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
-    return saved + sum(int(lam * recompute_cost(g.tasks[t]) * (1 + TIE_BREAK * k / len(fwd)))
-                       + (lam > 0) for k, t in enumerate(fwd) if t in recompute)
+    return saved + sum(price(g.tasks[t], lam, k / len(fwd), first)
+                       for k, t in enumerate(fwd) if t in recompute)
+
+
+@pytest.mark.parametrize("first", [False, True])
+def test_price(first):
+    """The priced recomputation: flops at ``lam``; without flops, a hundredth of the
+    traffic when memory-bound ops go first."""
+    mm = Task("mm", time=2e-6, attrs={"flops": 10**5})
+    relu = Task("relu", time=1e-6, attrs={"flops": 0})
+    lam = 1e9
+    assert price(mm, lam, 0.5, first) == int(lam * recompute_cost(mm) * (1 + TIE_BREAK / 2)) + 1
+    traffic = 1e-6 * 2e10
+    want = (int(MEMORY_BOUND_WEIGHT * traffic) + 1 if first
+            else int(lam * recompute_cost(relu)) + 1)
+    assert price(relu, lam, 0.0, first) == want
+    assert price(relu, 0.0, 0.0, first) == 0
 
 
 @settings(max_examples=300, deadline=None, derandomize=True)
-@given(jg=joints(), lam=st.sampled_from([1.0, 1e6, 1e9, 1e11, 0.0]))
-def test_cut_is_the_cheapest_recompute_set(jg, lam):
+@given(jg=joints(), lam=st.sampled_from([1.0, 1e6, 1e9, 1e11, 0.0]), first=st.booleans())
+def test_cut_is_the_cheapest_recompute_set(jg, lam, first):
     g = jg.graph
     fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
-    got = cut_at(jg, lam)
+    got = cut_at(jg, lam, first)
     assert got <= set(fwd)
-    mine = _cost(g, got, lam)
+    mine = _cost(g, got, lam, first)
     assert mine is not None
     best = min(c for r in range(len(fwd) + 1) for s in itertools.combinations(fwd, r)
-               if (c := _cost(g, set(s), lam)) is not None)
+               if (c := _cost(g, set(s), lam, first)) is not None)
     assert mine == best
 
 
 @settings(max_examples=100, deadline=None, derandomize=True)
-@given(jg=joints(), frac=st.floats(0.0, 1.0))
-def test_cheapest_within_fits_the_limit(jg, frac):
+@given(jg=joints(), frac=st.floats(0.0, 1.0), first=st.booleans())
+def test_cheapest_within_fits_the_limit(jg, frac, first):
     g = jg.graph
 
     def saved(r):
@@ -90,7 +113,7 @@ def test_cheapest_within_fits_the_limit(jg, frac):
 
     eager = saved(set())
     limit = int(frac * eager)
-    got = cheapest_within(jg, limit, saved)
+    got = cheapest_within(jg, limit, saved, memory_bound_first=first)
     # the least a valid recompute set can save: everything recomputable recomputed
     fwd = [t for t in g.tasks if not g.tasks[t].attrs["backward"]]
     least = min(saved(set(s)) for r in range(len(fwd) + 1)

@@ -1,8 +1,9 @@
 """PyTorch in and out: training any ``nn.Module`` within an activation-memory budget.
 
 * :func:`backend` returns a ``torch.compile`` backend: AOTAutograd's joint forward/backward
-  graph is planned by thrifty at op level (what to save, what to recompute), and PyTorch runs
-  the forward and backward graphs the plan gives (:mod:`thrifty.torch.compile`);
+  graph is planned by thrifty at op level (what to save, what to recompute, what to offload
+  to host memory or to disk: :mod:`thrifty.torch.offload`), and PyTorch runs the forward
+  and backward graphs the plan gives (:mod:`thrifty.torch.compile`);
 * :func:`from_torch` builds the op-level TaskGraph of a model's forward and backward
   (:mod:`thrifty.torch.importer`); :func:`joint_taskgraph` the activation-memory TaskGraph
   of an AOTAutograd joint graph (:mod:`thrifty.torch.joint`);

@@ -16,7 +16,9 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
    among the cuts whose saved bytes fit the budget; every other forward value the backward
    (or a recomputation) reads is *saved*. With ``offload_bandwidth`` (or when no cut fits),
    :func:`thrifty.memory.plan` plans the whole graph with a boundary task
-   (:func:`with_boundary`), and a plan that offloads is taken over the cut;
+   (:func:`with_boundary`), and a plan that offloads is taken over the cut when its
+   recomputations and copies cost less nominal time (``offload_to="disk"``: files, see
+   :mod:`thrifty.torch.offload`);
 3. the recompute decisions become the ``recompute`` tags of PyTorch's selective activation
    checkpointing (``CheckpointPolicy.MUST_RECOMPUTE``), and PyTorch's own partitioner
    extracts the forward graph (returning the saved tensors) and the backward graph (with the
@@ -86,7 +88,8 @@ class GraphReport:
 
 def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *,
             partitioner: str = "thrifty", time_limit: float = 2.0,
-            method: str = "auto") -> Backend:
+            method: str = "auto", offload_to: str | None = None,
+            offload_dir: str | None = None) -> Backend:
     """A ``torch.compile`` backend that saves at most ``budget`` activation bytes.
 
     Parameters
@@ -95,8 +98,8 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
         A float: the fraction of the activation bytes plain eager training saves for
         backward (in each compiled graph); an int: bytes per compiled graph.
     offload_bandwidth:
-        Bytes per second of the copy to host memory; when given, the planner may also
-        offload (through PyTorch's activation offloading; see the module docstring).
+        Bytes per second of the copy to host memory (or to disk); when given, the planner
+        may also offload (see the module docstring).
     partitioner:
         One of :data:`PARTITIONERS` (the other two are PyTorch's, for comparison).
     time_limit:
@@ -105,6 +108,14 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
         ``"auto"``: the minimum cut, and :func:`thrifty.memory.plan` where offloading is
         allowed or no cut fits; ``"cut"``: the cut only; a method of
         :func:`thrifty.memory.plan`: that planner only.
+    offload_to:
+        ``"host"`` (the default when ``offload_bandwidth`` is given): PyTorch's activation
+        offloading; ``"disk"``: files in a temporary directory
+        (:mod:`thrifty.torch.offload`), planned at ``offload_bandwidth`` or, when it is
+        ``None``, at the disk bandwidth measured in that directory.
+    offload_dir:
+        With ``offload_to="disk"``: the directory the temporary directory is made in
+        (default: the system's temporary directory).
 
     Example
     -------
@@ -117,7 +128,8 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     True
     """
     return Backend(budget, offload_bandwidth, partitioner=partitioner,
-                   time_limit=time_limit, method=method)
+                   time_limit=time_limit, method=method, offload_to=offload_to,
+                   offload_dir=offload_dir)
 
 
 class Backend:
@@ -125,7 +137,8 @@ class Backend:
 
     def __init__(self, budget: float | int, offload_bandwidth: float | None = None, *,
                  partitioner: str = "thrifty", time_limit: float = 2.0,
-                 method: str = "auto") -> None:
+                 method: str = "auto", offload_to: str | None = None,
+                 offload_dir: str | None = None) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
             raise PlanError(f"budget is {budget!r}; give a fraction >= 0 (a float, of the "
                             "activation bytes eager training saves) or a number of bytes "
@@ -138,7 +151,20 @@ class Backend:
                             "second > 0, or None to forbid offloading")
         if not time_limit > 0:
             raise PlanError(f"time_limit is {time_limit!r}; it must be seconds > 0")
+        if offload_to not in (None, "host", "disk"):
+            raise PlanError(f"offload_to is {offload_to!r}; valid: 'host', 'disk', or None")
+        if offload_dir is not None and offload_to != "disk":
+            raise PlanError("offload_dir is given but offload_to is not 'disk'; pass "
+                            "offload_to='disk' to offload to files in it")
         self.budget = budget
+        #: the files of offloaded tensors (``offload_to="disk"``), else ``None``
+        self.disk: Any = None
+        if offload_to == "disk":
+            from thrifty.torch.offload import DiskStore, disk_bandwidth
+
+            self.disk = DiskStore(offload_dir)
+            if offload_bandwidth is None:
+                offload_bandwidth = disk_bandwidth(self.disk.path)
         self.offload_bandwidth = offload_bandwidth
         self.partitioner = partitioner
         self.time_limit = float(time_limit)
@@ -232,15 +258,16 @@ class Backend:
                     joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
         else:
             recompute, offload = self._choose(jg, report)
+            host = offload if self.disk is None else set()
             for node in joint.graph.nodes:
                 for key in ("recompute", "ac_graph_id", "should_offload"):
                     node.meta.pop(key, None)
                 if _recomputes(node, jg, recompute):
                     node.meta["recompute"] = torch.utils.checkpoint.CheckpointPolicy \
                         .MUST_RECOMPUTE
-                elif node.name in jg.task_of and set(jg.buffers_of[node.name]) & offload:
+                elif node.name in jg.task_of and set(jg.buffers_of[node.name]) & host:
                     node.meta["should_offload"] = True
-            with config.patch(enable_activation_offloading=bool(offload),
+            with config.patch(enable_activation_offloading=bool(host),
                               activation_offload_separate_stream=False):
                 fw, bw = default_partition(joint, joint_inputs,
                                            num_fwd_outputs=num_fwd_outputs, **kw)
@@ -254,9 +281,24 @@ class Backend:
                                       for n in report.recomputed)
         if self.partitioner == "thrifty":
             batch_norm_without_stats(fw, bw, num_fwd_outputs)
+            if self.disk is not None and offload:
+                report.offloaded = self._to_disk(jg, fw, bw, num_fwd_outputs, offload)
         report.saved = _graph_saved(jg, fw, num_fwd_outputs)
         report.seconds = time.perf_counter() - t0
         return fw, bw
+
+    def _to_disk(self, jg: JointGraph, fw: Any, bw: Any, num_fwd_outputs: int,
+                 offload: set[Hashable]) -> int:
+        """Send the saved tensors whose buffers the plan offloads to disk
+        (:func:`thrifty.torch.offload.to_disk`); returns their bytes."""
+        from thrifty.torch.offload import to_disk
+
+        assert self.disk is not None
+        names = {n for n, bufs in jg.buffers_of.items()
+                 if n in jg.forward and bufs and set(bufs) <= offload}
+        done = to_disk(fw, bw, num_fwd_outputs, names, self.disk.id)
+        return sum(jg.graph.buffers[b].size for b in {b for n in done
+                                                       for b in jg.buffers_of[n]})
 
     def _choose(self, jg: JointGraph,
                 report: GraphReport) -> tuple[set[Hashable], set[Hashable]]:
@@ -265,20 +307,23 @@ class Backend:
         Recomputation alone: the minimum cut of :mod:`thrifty.torch.cut` (method ``auto``
         or ``cut``). With ``offload_bandwidth``, or when no cut fits, a plan of the whole
         joint graph that holds at most the budget of forward values on the device when the
-        backward starts (:func:`with_boundary`); a plan that offloads nothing gives way to
-        the cut, which recomputes less."""
+        backward starts (:func:`with_boundary`), taken over the cut when it offloads and its
+        recomputations and copies cost less nominal time than the cut's recomputations
+        (:meth:`_cost`)."""
         from thrifty.torch.cut import cheapest_within
 
         g, limit = jg.graph, report.budget
         cut = None
         if self.method in ("auto", "cut"):
-            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r))
+            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r),
+                                  memory_bound_first=limit < report.eager_saved)
         if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
             if _saved_bytes(jg, set()) <= limit and cut is None:
                 report.planner = "none needed"
                 return set(), set()
             planned = self._plan(jg, report)
-            if planned is not None and (planned[1] or cut is None):
+            if planned is not None and (cut is None or planned[1] and self._cost(
+                    jg, *planned) < self._cost(jg, cut, set())):
                 return planned
         if cut is not None:
             report.planner = "cut"
@@ -296,6 +341,18 @@ class Backend:
                 "Raise the budget, or pass offload_bandwidth to offload"), stacklevel=2)
         return everything, set()
 
+    def _cost(self, jg: JointGraph, recompute: set[Hashable],
+              offload: set[Hashable]) -> float:
+        """Nominal seconds a partition adds to the step: its recomputations
+        (:func:`thrifty.torch.cut.recompute_cost`) and, for each offloaded byte, a copy out
+        and a copy back at ``offload_bandwidth``."""
+        from thrifty.torch.cut import recompute_cost
+
+        g = jg.graph
+        moved = sum(g.buffers[b].size for b in offload)
+        return sum(recompute_cost(g.tasks[t]) for t in recompute) + (
+            2 * moved / self.offload_bandwidth if moved and self.offload_bandwidth else 0.0)
+
     def _plan(self, jg: JointGraph,
               report: GraphReport) -> tuple[set[Hashable], set[Hashable]] | None:
         """Recompute and offload sets from :func:`thrifty.memory.plan` on the joint graph
@@ -311,13 +368,14 @@ class Backend:
             p = plan(g2, limit + room + pinned, offload_bandwidth=self.offload_bandwidth,
                      order=order, time_limit=self.time_limit,
                      method="auto" if self.method == "cut" else self.method,
-                     no_offload=_no_offload(g))
+                     no_offload=_no_offload(g, disk=self.disk is not None))
         except InfeasibleBudget:
             return None
         recompute = _plan_recomputes(g2, p.steps)
         offload = {b for b in _plan_offloads(g2, p.steps) - {
             b for t in recompute for b in g.tasks[t].writes}
-            if b in g.buffers and len(g.tasks[g.buffers[b].producer].writes) == 1}
+            if b in g.buffers and (self.disk is not None
+                                   or len(g.tasks[g.buffers[b].producer].writes) == 1)}
         if _saved_bytes(jg, recompute, offload) > limit:
             return None
         report.plan_peak = int(p.info.get("peak", 0))
@@ -363,9 +421,13 @@ def _plan_recomputes(g: TaskGraph, steps: Any) -> set[Hashable]:
     return out
 
 
-def _no_offload(g: TaskGraph) -> set[Hashable]:
+def _no_offload(g: TaskGraph, disk: bool = False) -> set[Hashable]:
     """Buffers PyTorch's activation offloading cannot move: all but the single outputs of
-    forward ops (it skips ``getitem`` values of multi-output ops)."""
+    forward ops (it skips ``getitem`` values of multi-output ops); to disk, any output of
+    a forward op may go (inputs stay: the graph's caller holds them)."""
+    if disk:
+        return {b for t in g.tasks.values() if t.attrs["backward"] for b in t.writes} | {
+            b for b, buf in g.buffers.items() if buf.producer is None}
     return {b for t in g.tasks.values() if t.attrs["backward"] or len(t.writes) != 1
             for b in t.writes}
 

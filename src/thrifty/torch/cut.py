@@ -25,7 +25,11 @@ of a parametric cut, so not every trade-off is reached: a cut between two prices
 with less recomputation). ``lam`` is capped (:data:`FREE_RATIO`): below the cap, recomputing
 a memory-bound op (a ReLU, a layer norm, a view chain) that spares at least ``FREE_RATIO`` of
 its traffic in saved bytes is taken even when the budget does not ask for it, as PyTorch's
-partitioners do for cheap fusible ops.
+partitioners do for cheap fusible ops. Under a budget below eager's saved bytes
+(``memory_bound_first``), ops without flops are priced at a hundredth of their traffic at
+every price (:func:`price`): cheap memory-bound recomputation (a GELU's ``tanh`` chain, a
+copy) is taken before any recomputation that costs flops, as PyTorch's min-cut partitioner
+does.
 """
 
 from __future__ import annotations
@@ -38,7 +42,8 @@ from thrifty.graph.taskgraph import Task
 from thrifty.torch.importer import NOMINAL_BYTES_PER_S, NOMINAL_FLOPS
 from thrifty.torch.joint import JointGraph
 
-__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "TIE_BREAK", "cheapest_within", "cut_at", "recompute_cost"]
+__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "TIE_BREAK", "cheapest_within",
+           "cut_at", "price", "recompute_cost"]
 
 #: The weight of a recomputed op's memory traffic against its flops: a recomputation runs
 #: next to the backward op that reads it, where its inputs are hot and a compiler fuses it
@@ -52,6 +57,11 @@ FREE_RATIO = 0.25
 #: after the other (earlier blocks first: their recomputation runs at the end of the
 #: backward, when little else is held), instead of all at one price.
 TIE_BREAK = 0.2
+#: With ``memory_bound_first``, recomputing an op without flops (elementwise, a copy, a
+#: softmax, a norm) costs this fraction of its traffic in bytes, whatever the price ``lam``
+#: of flops-costing recomputation: such an op is recomputed wherever that spares more than
+#: a hundredth of its traffic in saved bytes.
+MEMORY_BOUND_WEIGHT = 0.01
 
 
 def recompute_cost(task: Task) -> float:
@@ -62,7 +72,19 @@ def recompute_cost(task: Task) -> float:
 _SOURCE, _SINK = ("source",), ("sink",)
 
 
-def _network(jg: JointGraph, lam: float) -> Any:
+def price(task: Task, lam: float, rank: float, memory_bound_first: bool = False) -> int:
+    """The capacity of recomputing ``task`` in the cut network at price ``lam``: ``lam``
+    times its :func:`recompute_cost`, times ``1 + TIE_BREAK * rank`` (``rank``: its position
+    among the forward tasks, in [0, 1)), plus 1 (never recompute for nothing; at ``lam = 0``
+    recomputing is free). With ``memory_bound_first``, an op without flops costs
+    :data:`MEMORY_BOUND_WEIGHT` of its traffic instead, at every ``lam`` (but 0)."""
+    if memory_bound_first and lam > 0 and not task.attrs.get("flops", 0):
+        traffic = task.time * NOMINAL_BYTES_PER_S
+        return int(MEMORY_BOUND_WEIGHT * traffic * (1 + TIE_BREAK * rank)) + 1
+    return int(lam * recompute_cost(task) * (1 + TIE_BREAK * rank)) + (lam > 0)
+
+
+def _network(jg: JointGraph, lam: float, memory_bound_first: bool = False) -> Any:
     import networkx as nx
 
     g = jg.graph
@@ -76,9 +98,8 @@ def _network(jg: JointGraph, lam: float) -> Any:
         if task.attrs["random"]:
             net.add_edge(_SOURCE, ("t", t))  # no capacity: infinite
         else:
-            # + 1: never recompute for nothing (but at lam = 0, recomputing is free)
-            price = lam * recompute_cost(task) * (1 + TIE_BREAK * pos / len(order))
-            net.add_edge(_SOURCE, ("t", t), capacity=int(price) + (lam > 0))
+            net.add_edge(_SOURCE, ("t", t), capacity=price(task, lam, pos / len(order),
+                                                            memory_bound_first))
         for b in task.writes:
             net.add_edge(("t", t), ("b", b), capacity=int(g.buffers[b].size))
         for b in task.reads:
@@ -95,38 +116,43 @@ def _network(jg: JointGraph, lam: float) -> Any:
     return net
 
 
-def cut_at(jg: JointGraph, lam: float) -> set[Hashable]:
+def cut_at(jg: JointGraph, lam: float, memory_bound_first: bool = False) -> set[Hashable]:
     """The forward tasks recomputed by the minimum cut at price ``lam`` (bytes per second
-    of recompute time; see the module docstring)."""
+    of recompute time; see the module docstring and :func:`price`)."""
     import networkx as nx
 
-    net = _network(jg, lam)
+    net = _network(jg, lam, memory_bound_first)
     if not nx.has_path(net, _SOURCE, _SINK):
         return set()
     _, (keep, _) = nx.minimum_cut(net, _SOURCE, _SINK)
     return {n[1] for n in net.nodes if len(n) == 2 and n[0] == "t" and n not in keep}
 
 
-def cheapest_within(jg: JointGraph, limit: int, saved: Any,
-                    iterations: int = 24) -> set[Hashable] | None:
+def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24,
+                    memory_bound_first: bool = False) -> set[Hashable] | None:
     """The recompute set of the largest price ``lam`` (at most the cap) whose cut saves at
     most ``limit`` bytes, as measured by ``saved(recompute)``; ``None`` when even the
-    fewest saved bytes (``lam = 0``) do not fit: then no partition fits."""
+    fewest saved bytes (``lam = 0``) do not fit: then no partition fits. With
+    ``memory_bound_first`` (see :func:`price`), ops without flops are recomputed wherever
+    that spares bytes before any op with flops is."""
+    def cut(lam: float) -> set[Hashable]:
+        return cut_at(jg, lam, memory_bound_first)
+
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
-    best = cut_at(jg, hi)
+    best = cut(hi)
     if saved(best) <= limit:
         return best
-    best = cut_at(jg, 0.0)  # the fewest saved bytes of any valid partition
+    best = cut(0.0)  # the fewest saved bytes of any valid partition
     if saved(best) > limit:
         return None
     lo = 1.0
-    r = cut_at(jg, lo)
+    r = cut(lo)
     if saved(r) > limit:
         return best
     best = r
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)
-        r = cut_at(jg, mid)
+        r = cut(mid)
         if saved(r) <= limit:
             lo, best = mid, r
         else:
