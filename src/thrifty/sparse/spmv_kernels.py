@@ -157,16 +157,16 @@ def _spmv_wide(indptr, indices, data, x, out):  # pragma: no cover - compiled
 
 def spmv_kernel(n_cols: int, itemsize: int) -> Any:
     """The compiled SpMV kernel for a dense vector ``x`` of ``n_cols`` entries of
-    ``itemsize`` bytes:
-    ``kernel(indptr, indices, data, x, out)`` computes ``out[:] = A @ x`` for the
-    ``len(out)`` rows of ``indptr`` (a slice ``indptr[r0:r1 + 1]`` for a panel), checking
-    the pattern in its own pass, and returns -1, or the first row (counted from the slice)
-    whose indices are out of range (then pass it to :func:`raise_bad_row`). Call it with
-    no Python frame around it (a plan's per-call path binds it once per vector shape).
+    ``itemsize`` bytes: ``kernel(indptr, indices, data, x, out)`` computes
+    ``out[:] = A @ x`` for the ``len(out)`` rows of ``indptr`` (a slice
+    ``indptr[r0:r1 + 1]`` for a panel), checking the pattern in its own pass, and returns
+    -1, or the first row (counted from the slice) whose indices are out of range (then pass
+    it to :func:`thrifty.sparse.kernels.raise_bad_row`). Call it with no Python frame
+    around it (a plan's per-call path binds it once per vector shape).
 
     The narrow kernel, or the wide one when ``x`` takes more than
-    :data:`SPMV_GATHER_X_BYTES` (its long, scattered rows summed by vector gathers; see
-    the comment of ``_spmv_row_gather``'s callers). Two functions, chosen here: one numba
+    :data:`SPMV_GATHER_X_BYTES` (its long, scattered rows summed by vector gathers; the
+    comment of ``_spmv_wide`` gives the measurements). Two functions, chosen here: one numba
     function holding both loops ran the narrow one 5-20 % slower on small instances.
 
     >>> spmv_kernel(10, 8) is spmv_kernel(5, 8) is not spmv_kernel(10**6, 8)
