@@ -40,12 +40,18 @@ from numba.core import config as _config
 from numba.core.compiler_lock import global_compiler_lock
 
 from thrifty.errors import PatternError
+from thrifty.sparse.spmv_kernels import (  # noqa: F401 - re-exported
+    SPMV_GATHER_MIN_ROW,
+    SPMV_GATHER_SPAN_BYTES,
+    SPMV_GATHER_X_BYTES,
+    spmv_kernel,
+)
 
 __all__ = [
     "spmm_rows", "spmv_rows", "sddmm_rows", "masked_dot_rows",
     "masked_softmax_rows",
     "panel_gemm", "csr_from_parts", "same_values", "BufferPool", "check_indices",
-    "indices_ok", "POOL_MIN_BYTES", "spmv_checked", "raise_bad_row",
+    "indices_ok", "POOL_MIN_BYTES", "spmv_checked", "spmv_kernel", "raise_bad_row",
 ]
 
 #: Outputs of at least this many bytes are recycled (:class:`BufferPool`): below it malloc
@@ -256,52 +262,6 @@ def _indptr_ok(indptr, n_ind, r0, r1):  # pragma: no cover - compiled
 
 
 @_jit
-def _spmv(indptr, indices, data, x, out):  # pragma: no cover - compiled
-    # out[:] = A @ x for the rows of indptr (len(out) of them: pass a slice of the pointers
-    # for a row panel), the pattern checked inside the product's own pass over the indices:
-    # per row, its pointers non-decreasing within the index and value arrays; per stored
-    # entry, its column below len(x) (read as unsigned, so a negative one is huge) before x
-    # is read there. Two accumulators per row (even and odd entries, added at the end of the
-    # row) halve the chain of dependent additions: one thread's CPU time 0.9-1.5x scipy's
-    # csr_matvec here, where a separate check pass plus csr_matvec took 0.8-0.95x (a row
-    # range given as arguments, with its offsets in the loop, cost 5-10 %).
-    # returns -1, or the first row whose indices are out of range (nothing read there)
-    n = out.shape[0]
-    m = np.uint64(x.shape[0])
-    n_ind = np.uint64(min(indices.shape[0], data.shape[0]))
-    if indptr.shape[0] <= n:
-        return 0
-    lo = np.uint64(indptr[0])
-    if n == 0:  # no rows: the one pointer still within the arrays
-        return -1 if lo <= n_ind else 0
-    out[0] = 0
-    zero = out[0]  # a zero of the output's dtype
-    one = np.uint64(1)
-    for i in range(n):
-        hi = np.uint64(indptr[i + 1])
-        if hi < lo or hi > n_ind:
-            return i
-        s0 = zero
-        s1 = zero
-        q = lo
-        while q + one < hi:
-            c0, c1 = np.uint64(indices[q]), np.uint64(indices[q + one])
-            if c0 >= m or c1 >= m:
-                return i
-            s0 += data[q] * x[c0]
-            s1 += data[q + one] * x[c1]
-            q += np.uint64(2)
-        if q < hi:
-            c0 = np.uint64(indices[q])
-            if c0 >= m:
-                return i
-            s0 += data[q] * x[c0]
-        out[i] = s0 + s1
-        lo = hi
-    return -1
-
-
-@_jit
 def _indices_in_range(indptr, indices, n_cols, r0, r1):  # pragma: no cover - compiled
     # rows r0..r1's index pointers non-decreasing within the index array, and their column
     # indices in 0..n_cols-1 (a pass at memory speed over 4 or 8 bytes per stored entry)
@@ -410,15 +370,17 @@ def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.n
                          f"need {r1 - r0}")
     if not 0 <= r0 <= r1 < indptr.shape[0]:
         _raise_bad_row(max(r0, 0), x.shape[0])
-    row = _spmv(indptr[r0:r1 + 1], indices, data, x, out[:r1 - r0])
+    row = spmv_kernel(x.shape[0], x.itemsize)(indptr[r0:r1 + 1], indices, data, x, out[:r1 - r0])
     _raise_bad_row(row + r0 if row >= 0 else -1, x.shape[0])
 
 
-#: ``spmv_checked(indptr, indices, data, x, out)``: the compiled kernel of :func:`spmv_rows`
-#: for the ``len(out)`` rows of ``indptr`` (a slice ``indptr[r0:r1 + 1]`` for a panel), with
-#: no Python frame around it (a plan's per-call path); returns -1, or the first row (counted
-#: from the slice) whose indices are out of range (then pass it to :func:`raise_bad_row`).
-spmv_checked = _spmv
+def spmv_checked(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
+                 out: np.ndarray) -> int:
+    """``spmv_kernel(len(x), x.itemsize)(indptr, indices, data, x, out)``: the compiled kernel of
+    :func:`spmv_rows` for the ``len(out)`` rows of ``indptr``; returns -1, or the first row
+    (counted from the slice) whose indices are out of range (then pass it to
+    :func:`raise_bad_row`)."""
+    return int(spmv_kernel(x.shape[0], x.itemsize)(indptr, indices, data, x, out))
 
 
 def check_indices(indptr: np.ndarray, indices: np.ndarray, n_cols: int, r0: int,

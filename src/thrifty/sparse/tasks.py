@@ -119,7 +119,7 @@ def _scipy_rows(A: Any, x: Any, r0: int, r1: int) -> np.ndarray:
     return np.asarray(sub @ x)
 
 
-_spmv_checked = K.spmv_checked
+_spmv_kernel = K.spmv_kernel
 
 
 class SpmvPanel:
@@ -137,7 +137,7 @@ class SpmvPanel:
         x = np.asarray(x)
         o = out[r0:r1]
         if _kernel_ok(A, x, self.np_dtype):
-            row = _spmv_checked(A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
+            row = _spmv_kernel(x.shape[0], x.itemsize)(A.indptr[r0:r1 + 1], A.indices, A.data, x, o)
             if row >= 0:
                 K.raise_bad_row(r0 + row, A.shape[1])
             return o
@@ -181,7 +181,7 @@ class SpmvWhole:
         if self.compiled and data.dtype == dt and x.dtype == dt and x.ndim == 1 and \
                 x.shape[0] == m and A.indptr.dtype.kind == A.indices.dtype.kind == "i":
             out = self.empty(n)
-            row = _spmv_checked(A.indptr, A.indices, data, x, out)
+            row = _spmv_kernel(x.shape[0], x.itemsize)(A.indptr, A.indices, data, x, out)
             if row >= 0:
                 K.raise_bad_row(row, m)
             return out
@@ -213,7 +213,9 @@ def spmv_fast_path(spec_a: Any, spec_x: Any, whole: SpmvWhole
     ref_ip, ref_ix = spec_a.seen
     dt, shape_a, shape_x = whole.np_dtype, tuple(spec_a.shape), tuple(spec_x.shape)
     n, m = shape_a
-    kernel, empty, csr, ndarray = _spmv_checked, np.empty, sp.csr_array, np.ndarray
+    # the kernel for x's length and dtype, both fixed by the spec: chosen once here
+    kernel = _spmv_kernel(shape_x[0], dt.itemsize)
+    empty, csr, ndarray = np.empty, sp.csr_array, np.ndarray
     pooled = n >= whole.pool_rows
 
     def spmv(A: Any, x: Any) -> np.ndarray | None:
