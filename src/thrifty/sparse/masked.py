@@ -31,9 +31,14 @@ import numba
 import numpy as np
 import scipy.sparse as sp
 
-__all__ = ["MaskedPairs", "MaskedRows", "masked_counts", "masked_pairs", "masked_rows"]
+__all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "masked_counts", "masked_pairs",
+           "masked_rows", "masked_walk"]
 
 _jit = numba.njit(nogil=True, cache=True)
+
+#: At most this many pairs are recorded during the counting walk (:func:`masked_walk`;
+#: 12 bytes each with 32-bit indices while recording): more are found by a second walk.
+RECORD_LIMIT = 1 << 24
 
 
 @_jit
@@ -66,28 +71,102 @@ def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, pos, r
 
 
 @_jit
-def _walk_pairs(aip, aix, bip, bix, mip, mix, pos, nxt, ia, ib):  # pragma: no cover
+def _find(mix, m0, m1, c):  # pragma: no cover - compiled
+    # the position of column c in the sorted mask row mix[m0:m1] (c is there)
+    lo, hi = m0, m1 - 1
+    while lo < hi:
+        mid = (lo + hi) >> 1
+        if mix[mid] < c:
+            lo = mid + 1
+        else:
+            hi = mid
+    return lo
+
+
+@_jit
+def _walk_pairs(aip, aix, bip, bix, mip, mix, bits, nxt, ia, ib):  # pragma: no cover
     # each pair (a_ik, b_kj) landing on a mask entry q: nxt[q] += 1, and with ia/ib not
-    # empty (the fill pass, nxt starting at ptr) its positions stored at the old nxt[q]
+    # empty (the fill pass, nxt starting at ptr) its positions stored at the old nxt[q].
+    # The mask row's columns are marked in a bit set (a column per bit: it stays in L1
+    # cache where a position array over the columns does not), and a pair that hits one
+    # finds its entry by binary search in the mask row (sorted: canonical CSR); most
+    # pairs miss the mask, so the search is rare (the count pass took 0.7x the time of
+    # the position array's on random-200000-16, measured)
     fill = ia.shape[0] > 0
+    one = np.uint64(1)
     for i in range(mip.shape[0] - 1):
         m0, m1 = mip[i], mip[i + 1]
         if m0 == m1 or aip[i] == aip[i + 1]:
             continue
         for p in range(m0, m1):
-            pos[mix[p]] = p
+            c = mix[p]
+            bits[c >> 6] |= one << np.uint64(c & 63)
         for pa in range(aip[i], aip[i + 1]):
             k = aix[pa]
             for pb in range(bip[k], bip[k + 1]):
-                q = pos[bix[pb]]
-                if q >= 0:
+                c = bix[pb]
+                if bits[c >> 6] & (one << np.uint64(c & 63)):
+                    q = _find(mix, m0, m1, c)
                     t = nxt[q]
                     if fill:
                         ia[t] = pa
                         ib[t] = pb
                     nxt[q] = t + 1
         for p in range(m0, m1):
-            pos[mix[p]] = -1
+            bits[mix[p] >> 6] = 0
+
+
+@_jit
+def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb):
+    # pragma: no cover - compiled
+    # _walk_pairs' count pass that also records each hit (q, pa, pb) in walk order while
+    # the buffers last; returns the hits recorded, or -1 when they did not fit (the
+    # buffers are never grown here: an array reassigned in the walk's loop made every
+    # pair 3x slower, measured)
+    one = np.uint64(1)
+    cap = rq.shape[0]
+    n = 0
+    rec = True
+    for i in range(mip.shape[0] - 1):
+        m0, m1 = mip[i], mip[i + 1]
+        if m0 == m1 or aip[i] == aip[i + 1]:
+            continue
+        for p in range(m0, m1):
+            c = mix[p]
+            bits[c >> 6] |= one << np.uint64(c & 63)
+        for pa in range(aip[i], aip[i + 1]):
+            k = aix[pa]
+            for pb in range(bip[k], bip[k + 1]):
+                c = bix[pb]
+                if bits[c >> 6] & (one << np.uint64(c & 63)):
+                    q = _find(mix, m0, m1, c)
+                    cnt[q] += 1
+                    if n == cap:
+                        rec = False
+                    if rec:
+                        rq[n] = q
+                        ra[n] = pa
+                        rb[n] = pb
+                        n += 1
+        for p in range(m0, m1):
+            bits[mix[p] >> 6] = 0
+    return n if rec else -1
+
+
+@_jit
+def _scatter(ptr, rq, ra, rb, n, ia, ib):  # pragma: no cover - compiled
+    # the recorded hits sorted by entry, stably (a counting sort: walk order per entry)
+    nxt = ptr[:-1].copy()
+    for t in range(n):
+        q = rq[t]
+        j = nxt[q]
+        ia[j] = ra[t]
+        ib[j] = rb[t]
+        nxt[q] = j + 1
+
+
+def _bits(n_cols: int) -> np.ndarray:
+    return np.zeros((max(n_cols, 1) + 63) // 64, dtype=np.uint64)
 
 
 @_jit
@@ -111,13 +190,48 @@ def masked_counts(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarr
     >>> masked_counts(L, L, L).tolist()  # entries (1,0) (2,0) (2,1) (3,0) (3,1) (3,2)
     [0, 1, 0, 2, 1, 0]
     """
+    return masked_walk(A, B, M, 0)[0]
+
+
+def _index_type(A: sp.csr_array, B: sp.csr_array) -> type:
+    return np.int32 if max(A.nnz, B.nnz) < 2**31 else np.int64
+
+
+def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: int
+                ) -> tuple[np.ndarray, tuple[np.ndarray, np.ndarray, np.ndarray] | None]:
+    """One row walk: :func:`masked_counts`, and :func:`masked_pairs` too when there are at
+    most ``max_pairs`` pairs (else ``None``): each pair is recorded as the walk meets it,
+    then the pairs are sorted by mask entry (stably: the walk's order per entry).
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> cnt, (ptr, ia, ib) = masked_walk(L, L, L, 100)
+    >>> cnt.tolist(), ptr.tolist(), ia.tolist(), ib.tolist()
+    ([0, 1, 0, 2, 1, 0], [0, 0, 1, 1, 3, 4, 4], [2, 4, 5, 5], [0, 0, 1, 2])
+    >>> masked_walk(L, L, L, 3)[1] is None
+    True
+    """
     cnt = np.zeros(M.nnz, dtype=np.int64)
+    idx = _index_type(A, B)
+    q_idx = np.int32 if M.nnz < 2**31 else np.int64
+    n = 0
+    # room for twice the mask's entries (or max_pairs): past it, a second walk fills them
+    size = max(0, min(int(max_pairs), 2 * M.nnz + 1024))
+    rq, ra, rb = np.empty(size, q_idx), np.empty(size, idx), np.empty(size, idx)
     if A.nnz and B.nnz and M.nnz:
-        pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
-        none = np.empty(0, dtype=np.int64)
-        _walk_pairs(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos, cnt,
-                    none, none)
-    return cnt
+        n = _walk_record(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices,
+                         _bits(B.shape[1]), cnt, rq, ra, rb)
+    if n < 0:
+        if cnt.sum() <= max_pairs:
+            return cnt, masked_pairs(A, B, M, cnt)
+        return cnt, None
+    ptr = np.zeros(M.nnz + 1, dtype=np.int64)
+    np.cumsum(cnt, out=ptr[1:])
+    ia, ib = np.empty(n, dtype=idx), np.empty(n, dtype=idx)
+    if n:
+        _scatter(ptr, rq, ra, rb, n, ia, ib)
+    return cnt, (ptr, ia, ib)
 
 
 def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
@@ -134,15 +248,19 @@ def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
     >>> ptr.tolist(), ia.tolist(), ib.tolist()
     ([0, 0, 1, 1, 3, 4, 4], [2, 4, 5, 5], [0, 0, 1, 2])
     """
-    cnt = masked_counts(A, B, M) if counts is None else counts
+    if counts is None:
+        cnt, pairs = masked_walk(A, B, M, RECORD_LIMIT)
+        if pairs is not None:
+            return pairs
+    else:
+        cnt = counts
     ptr = np.zeros(M.nnz + 1, dtype=np.int64)
     np.cumsum(cnt, out=ptr[1:])
-    idx = np.int32 if max(A.nnz, B.nnz) < 2**31 else np.int64
+    idx = _index_type(A, B)
     ia, ib = np.empty(int(ptr[-1]), dtype=idx), np.empty(int(ptr[-1]), dtype=idx)
     if ptr[-1]:
-        pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
-        _walk_pairs(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, pos,
-                    ptr[:-1].copy(), ia, ib)
+        _walk_pairs(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices,
+                    _bits(B.shape[1]), ptr[:-1].copy(), ia, ib)
     return ptr, ia, ib
 
 
