@@ -185,13 +185,19 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     dtype = node.type.dtype
     Sa, Sb = va.struct, vb.struct
     assert Sa is not None and Sb is not None
+    pairs = _recorded_pairs(b, node, Sa, Sb, P)
+    if pairs is not None:  # the pairs are known: only their share of the walk is needed
+        hits, visits = int(pairs[0][-1]), _visits(Sa, Sb, P)
+        if hits <= PAIRS_SHARE * visits and 8 * hits <= PAIRS_BYTES_LIMIT:
+            b.flops(2 * hits)
+            return _lower_pairs(b, node, va, vb, P, np.diff(pairs[0]),
+                                _mask_scale(b, node, P), pairs)
     # pairs a row walk visits, per row: rows without mask entries are skipped
     cs = np.zeros(Sa.nnz + 1)
     np.cumsum(np.diff(Sb.indptr)[Sa.indices], out=cs[1:])
     row_work = (cs[Sa.indptr[1:]] - cs[Sa.indptr[:-1]]) * (np.diff(P.indptr) > 0)
     cum = np.concatenate([[0.0], np.cumsum(row_work + np.diff(P.indptr))])
     visits = float(cum[-1])
-    pairs = _recorded_pairs(b, node, Sa, Sb, P)
     counts = np.diff(pairs[0]) if pairs is not None else \
         masked_counts(Sa, Sb, P) if visits <= MASKED_PRODUCT_LIMIT else None
     hits = int(counts.sum()) if counts is not None else int(visits)
@@ -228,6 +234,19 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
                     lambda r0, r1: {"rows": (r0, r1), "pattern": P, "dtype": dtype,
                                     **({} if dot else {"scale_pos": spos})},
                     reads, secs, P)
+
+
+def _visits(Sa: sp.csr_array, Sb: sp.csr_array, P: sp.csr_array) -> float:
+    """Pairs a row walk of ``A @ B`` on ``P`` visits, plus ``P``'s entries (rows of ``P``
+    without entries are skipped): read from ``A``'s entries in ``P``'s rows alone."""
+    rows = np.flatnonzero(np.diff(P.indptr))
+    starts, lens = Sa.indptr[rows], np.diff(Sa.indptr)[rows]
+    n = int(lens.sum())
+    if n == 0:
+        return float(P.nnz)
+    # the positions of those rows' entries of A, row after row
+    at = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(n)
+    return float(np.diff(Sb.indptr)[Sa.indices[at]].sum() + P.nnz)
 
 
 def _recorded_pairs(b: Builder, node: Node, Sa: sp.csr_array, Sb: sp.csr_array,

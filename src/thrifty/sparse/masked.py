@@ -117,17 +117,16 @@ def _walk_pairs(aip, aix, bip, bix, mip, mix, bits, nxt, ia, ib):  # pragma: no 
 
 
 @_jit
-def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb):
+def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb, r0, r1, o0, o1):
     # pragma: no cover - compiled
-    # _walk_pairs' count pass that also records each hit (q, pa, pb) in walk order while
-    # the buffers last; returns the hits recorded, or -1 when they did not fit (the
-    # buffers are never grown here: an array reassigned in the walk's loop made every
-    # pair 3x slower, measured)
+    # _walk_pairs' count pass over rows [r0, r1) that also records each hit (q, pa, pb)
+    # in walk order at rq/ra/rb[o0:o1] while they last; returns the hits recorded, or -1
+    # when they did not fit (the buffers are never grown here: an array reassigned in
+    # the walk's loop made every pair 3x slower, measured)
     one = np.uint64(1)
-    cap = rq.shape[0]
-    n = 0
+    n = o0
     rec = True
-    for i in range(mip.shape[0] - 1):
+    for i in range(r0, r1):
         m0, m1 = mip[i], mip[i + 1]
         if m0 == m1 or aip[i] == aip[i + 1]:
             continue
@@ -141,7 +140,7 @@ def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb):
                 if bits[c >> 6] & (one << np.uint64(c & 63)):
                     q = _find(mix, m0, m1, c)
                     cnt[q] += 1
-                    if n == cap:
+                    if n == o1:
                         rec = False
                     if rec:
                         rq[n] = q
@@ -150,19 +149,34 @@ def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb):
                         n += 1
         for p in range(m0, m1):
             bits[mix[p] >> 6] = 0
-    return n if rec else -1
+    return n - o0 if rec else -1
+
+
+@numba.njit(nogil=True, cache=True, parallel=True)
+def _walk_chunks(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb, cuts, got):
+    # pragma: no cover - compiled
+    # chunk c walks rows [cuts[c], cuts[c + 1]) with its own bit set, recording into its
+    # own slice of the buffers (got[c]: its hits, or -1); the chunks' rows are disjoint,
+    # so are the mask entries they count
+    nc = cuts.shape[0] - 1
+    seg = rq.shape[0] // nc
+    for c in numba.prange(nc):
+        got[c] = _walk_record(aip, aix, bip, bix, mip, mix, bits[c], cnt, rq, ra, rb,
+                              cuts[c], cuts[c + 1], c * seg, (c + 1) * seg)
 
 
 @_jit
-def _scatter(ptr, rq, ra, rb, n, ia, ib):  # pragma: no cover - compiled
-    # the recorded hits sorted by entry, stably (a counting sort: walk order per entry)
+def _scatter(ptr, rq, ra, rb, got, seg, ia, ib):  # pragma: no cover - compiled
+    # the recorded hits sorted by entry, stably (a counting sort: walk order per entry;
+    # chunk c's hits at [c * seg, c * seg + got[c]), chunks in row order)
     nxt = ptr[:-1].copy()
-    for t in range(n):
-        q = rq[t]
-        j = nxt[q]
-        ia[j] = ra[t]
-        ib[j] = rb[t]
-        nxt[q] = j + 1
+    for c in range(got.shape[0]):
+        for t in range(c * seg, c * seg + got[c]):
+            q = rq[t]
+            j = nxt[q]
+            ia[j] = ra[t]
+            ib[j] = rb[t]
+            nxt[q] = j + 1
 
 
 def _bits(n_cols: int) -> np.ndarray:
@@ -215,23 +229,43 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
     cnt = np.zeros(M.nnz, dtype=np.int64)
     idx = _index_type(A, B)
     q_idx = np.int32 if M.nnz < 2**31 else np.int64
-    n = 0
-    # room for twice the mask's entries (or max_pairs): past it, a second walk fills them
-    size = max(0, min(int(max_pairs), 2 * M.nnz + 1024))
-    rq, ra, rb = np.empty(size, q_idx), np.empty(size, idx), np.empty(size, idx)
+    cuts = _chunks(A, B, M)
+    nc = len(cuts) - 1
+    # room for twice the mask's entries (or max_pairs), split among the chunks: past a
+    # chunk's share, a second walk fills the pairs
+    seg = max(0, min(int(max_pairs), 2 * M.nnz + 1024 * nc)) // nc
+    rq, ra, rb = (np.empty(seg * nc, t) for t in (q_idx, idx, idx))
+    got = np.zeros(nc, dtype=np.int64)
     if A.nnz and B.nnz and M.nnz:
-        n = _walk_record(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices,
-                         _bits(B.shape[1]), cnt, rq, ra, rb)
-    if n < 0:
+        bits = np.zeros((nc, (max(B.shape[1], 1) + 63) // 64), dtype=np.uint64)
+        _walk_chunks(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, bits,
+                     cnt, rq, ra, rb, cuts, got)
+    if (got < 0).any():
         if cnt.sum() <= max_pairs:
             return cnt, masked_pairs(A, B, M, cnt)
         return cnt, None
     ptr = np.zeros(M.nnz + 1, dtype=np.int64)
     np.cumsum(cnt, out=ptr[1:])
-    ia, ib = np.empty(n, dtype=idx), np.empty(n, dtype=idx)
-    if n:
-        _scatter(ptr, rq, ra, rb, n, ia, ib)
+    ia, ib = np.empty(int(ptr[-1]), dtype=idx), np.empty(int(ptr[-1]), dtype=idx)
+    if ptr[-1]:
+        _scatter(ptr, rq, ra, rb, got, seg, ia, ib)
     return cnt, (ptr, ia, ib)
+
+
+def _chunks(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarray:
+    """Row cuts of the walk: 4 chunks per numba thread, of about equal entries of ``A``
+    in rows where ``M`` has entries (one chunk for short walks)."""
+    nt = numba.get_num_threads()
+    n = M.shape[0]
+    # about the pairs visited: threads pay off only for long walks (a walk of 2.4e6
+    # pairs, poisson3d-64's, took more CPU time in two chunks than in one, measured)
+    work = A.nnz * (B.nnz / max(B.shape[0], 1))
+    if nt <= 1 or work < 4e6 or n < 2:
+        return np.array([0, n], dtype=np.int64)
+    w = np.diff(A.indptr).astype(np.int64) * (np.diff(M.indptr) > 0)
+    cum = np.concatenate([[0], np.cumsum(w)])
+    cuts = np.searchsorted(cum, np.linspace(0, cum[-1], 4 * nt + 1)[1:-1])
+    return np.unique(np.concatenate([[0], cuts, [n]])).astype(np.int64)
 
 
 def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
