@@ -32,7 +32,7 @@ import numpy as np
 import scipy.sparse as sp
 
 __all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "masked_counts", "masked_pairs",
-           "masked_rows", "masked_walk"]
+           "masked_rows", "masked_walk", "walk_chunks"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -207,8 +207,8 @@ def masked_counts(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarr
     return masked_walk(A, B, M, 0)[0]
 
 
-def _index_type(A: sp.csr_array, B: sp.csr_array) -> type:
-    return np.int32 if max(A.nnz, B.nnz) < 2**31 else np.int64
+def _index_type(A: sp.csr_array, B: sp.csr_array) -> np.dtype:
+    return np.dtype(np.int32 if max(A.nnz, B.nnz) < 2**31 else np.int64)
 
 
 def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: int
@@ -229,7 +229,7 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
     cnt = np.zeros(M.nnz, dtype=np.int64)
     idx = _index_type(A, B)
     q_idx = np.int32 if M.nnz < 2**31 else np.int64
-    cuts = _chunks(A, B, M)
+    cuts = walk_chunks(A, B, M)
     nc = len(cuts) - 1
     # room for twice the mask's entries (or max_pairs), split among the chunks: past a
     # chunk's share, a second walk fills the pairs
@@ -252,8 +252,8 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
     return cnt, (ptr, ia, ib)
 
 
-def _chunks(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarray:
-    """Row cuts of the walk: 4 chunks per numba thread, of about equal entries of ``A``
+def walk_chunks(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array) -> np.ndarray:
+    """Row cuts of :func:`masked_walk`: 4 chunks per numba thread, of about equal entries of ``A``
     in rows where ``M`` has entries (one chunk for short walks)."""
     nt = numba.get_num_threads()
     n = M.shape[0]
