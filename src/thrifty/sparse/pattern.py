@@ -415,7 +415,8 @@ class Pattern:
         if self.shape[1] == 0:
             return Pattern.from_elements(sp.csr_array(out_shape, dtype=bool))
         if (exact and self.elements is not None and other.elements is not None
-                and _product_work(self.elements, other.elements) <= EXACT_PRODUCT_LIMIT):
+                and _product_work(self.elements, other.elements,
+                                  EXACT_PRODUCT_LIMIT) <= EXACT_PRODUCT_LIMIT):
             a = sp.csr_array((np.ones(self.elements.nnz), self.elements.indices,
                               self.elements.indptr), shape=self.elements.shape)
             b = sp.csr_array((np.ones(other.elements.nnz), other.elements.indices,
@@ -465,7 +466,7 @@ class Pattern:
         a, b, m = self.elements, other.elements, mask.elements
         if a is None or b is None or m is None or \
                 mask.shape != (self.shape[0], other.shape[1]) or \
-                _product_work(a, b) > MASKED_PRODUCT_LIMIT:
+                _product_work(a, b, MASKED_PRODUCT_LIMIT) > MASKED_PRODUCT_LIMIT:
             return None
         cnt, pairs = masked_walk(a, b, m, max_pairs)
         keep = cnt > 0
@@ -475,12 +476,13 @@ class Pattern:
             ptr = np.zeros(int(keep.sum()) + 1, dtype=np.int64)
             np.cumsum(cnt[keep], out=ptr[1:])
             pairs = (ptr, pairs[1], pairs[2])
-        # a subset of a canonical CSR in its own order is canonical: no sort needed
-        rows = np.repeat(np.arange(m.shape[0], dtype=np.int64), np.diff(m.indptr))
+        # a subset of a canonical CSR in its own order is canonical: no sort needed; the
+        # rows of the entries kept found by search (often few of the mask's entries)
+        at = np.flatnonzero(keep)
+        rows = np.searchsorted(m.indptr, at, side="right") - 1
         indptr = np.zeros(m.shape[0] + 1, dtype=m.indptr.dtype)
-        np.cumsum(np.bincount(rows[keep], minlength=m.shape[0]), out=indptr[1:])
-        E = sp.csr_array((np.ones(int(keep.sum()), dtype=bool), m.indices[keep], indptr),
-                         shape=m.shape)
+        np.cumsum(np.bincount(rows, minlength=m.shape[0]), out=indptr[1:])
+        E = sp.csr_array((np.ones(len(at), dtype=bool), m.indices[at], indptr), shape=m.shape)
         return Pattern.from_elements(E, mask.block), pairs
 
 
@@ -488,7 +490,11 @@ class Pattern:
 Pairs = tuple[np.ndarray, np.ndarray, np.ndarray]
 
 
-def _product_work(a: sp.csr_array, b: sp.csr_array) -> int:
-    """Elementary multiply-adds of the product of two element patterns."""
+def _product_work(a: sp.csr_array, b: sp.csr_array, limit: float = -1.0) -> int:
+    """Elementary multiply-adds of the product of two element patterns (or, when that is
+    surely at most ``limit``, the bound ``a.nnz`` times ``b``'s longest row)."""
+    bound = a.nnz * int(np.diff(b.indptr).max(initial=0))
+    if bound <= limit:
+        return bound
     col_counts = np.bincount(a.indices, minlength=a.shape[1])
     return int(np.dot(col_counts.astype(np.int64), np.diff(b.indptr).astype(np.int64)))
