@@ -238,8 +238,11 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
     got = np.zeros(nc, dtype=np.int64)
     if A.nnz and B.nnz and M.nnz:
         bits = np.zeros((nc, (max(B.shape[1], 1) + 63) // 64), dtype=np.uint64)
-        _walk_chunks(A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices, bits,
-                     cnt, rq, ra, rb, cuts, got)
+        args = (A.indptr, A.indices, B.indptr, B.indices, M.indptr, M.indices)
+        if nc == 1:  # no parallel region (its threads spin after it: CPU time for nothing)
+            got[0] = _walk_record(*args, bits[0], cnt, rq, ra, rb, 0, M.shape[0], 0, seg)
+        else:
+            _walk_chunks(*args, bits, cnt, rq, ra, rb, cuts, got)
     if (got < 0).any():
         if cnt.sum() <= max_pairs:
             return cnt, masked_pairs(A, B, M, cnt)
