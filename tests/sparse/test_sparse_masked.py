@@ -18,7 +18,7 @@ import thrifty as th
 from thrifty.runtime.sparse_run import specialize
 from thrifty.sparse import lower_matmul
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows
+from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows, masked_walk, walk_chunks
 from thrifty.testing import shared_data_dir
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)
@@ -182,3 +182,73 @@ def test_masked_einsum_products_have_the_exact_pattern(sub, n, k, m, d, seed):
     reach = np.einsum(sub, (A.toarray() != 0).astype(int), (B.toarray() != 0).astype(int)) > 0
     out = plan.propagation.effective[plan.graph.outputs[0]].elements
     np.testing.assert_array_equal(out.toarray(), reach & (S.toarray() != 0))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(1, 30), k=st.integers(1, 30), m=st.integers(1, 30),
+       d=st.floats(0, 0.6), seed=st.integers(0, 2**16))
+def test_pairs_recorded_in_the_counting_walk_equal_the_fill_walks(n, k, m, d, seed):
+    rng = np.random.default_rng(seed)
+    A = _int_csr(n, k, d, rng, 0.2, "float64")
+    B = _int_csr(k, m, d, rng, 0.2, "float64")
+    M = _int_csr(n, m, d, rng, 0.2, "float64")
+    cnt, pairs = masked_walk(A, B, M, 10**6)
+    np.testing.assert_array_equal(cnt, masked_counts(A, B, M))
+    two = masked_pairs(A, B, M, cnt)  # counts given: the second (fill) walk
+    assert pairs is not None
+    for got, want in zip(pairs, two):
+        np.testing.assert_array_equal(got, want)
+    hits = int(cnt.sum())
+    if hits:  # more pairs than allowed: counts only
+        c2, p2 = masked_walk(A, B, M, hits - 1)
+        assert p2 is None
+        np.testing.assert_array_equal(c2, cnt)
+
+
+def test_pairs_past_the_walks_buffers_come_from_a_second_walk():
+    # a dense product: 40 pairs per entry, more than the buffers' 2 per mask entry
+    D = sp.csr_array(np.ones((40, 40)))
+    cnt, pairs = masked_walk(D, D, D, 10**6)
+    assert pairs is not None and int(cnt.sum()) == 40**3
+    for got, want in zip(pairs, masked_pairs(D, D, D, cnt)):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_walk_in_row_chunks_over_threads_equals_one_walk():
+    import numba
+
+    rng = np.random.default_rng(3)
+    n = 3000  # 40 entries a row: about 4.8e6 pairs visited, walked in chunks
+    A = sp.csr_array(sp.random_array((n, n), density=40 / n, format="csr", rng=rng))
+    M = sp.csr_array(sp.random_array((n, n), density=20 / n, format="csr", rng=rng))
+    before = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        cnt1, pairs1 = masked_walk(A, A, M, 10**8)
+        numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+        assert len(walk_chunks(A, A, M)) - 1 == (4 * numba.get_num_threads()
+                                                   if numba.get_num_threads() > 1 else 1)
+        cnt2, pairs2 = masked_walk(A, A, M, 10**8)
+    finally:
+        numba.set_num_threads(before)
+    np.testing.assert_array_equal(cnt1, cnt2)
+    assert pairs1 is not None and pairs2 is not None and int(cnt1.sum()) > 0
+    for a, b in zip(pairs1, pairs2):
+        np.testing.assert_array_equal(a, b)
+    np.testing.assert_array_equal(np.diff(pairs1[0]), masked_counts(A, A, M))
+
+
+def test_plan_uses_the_pairs_propagation_recorded():
+    rng = np.random.default_rng(5)
+    A = sp.csr_array(sp.random_array((300, 300), density=0.05, format="csr", rng=rng))
+    L = sp.csr_array(sp.tril(A + A.T, -1))
+    L.data[:] = 1.0
+    plan = _plan(lambda L: (L @ L) * L, {"L": L})
+    rec = [v for v in plan.propagation.pairs.values()]
+    assert len(rec) == 1
+    P = rec[0][2].elements
+    for got, want in zip(rec[0][3], masked_pairs(L, L, P)):
+        np.testing.assert_array_equal(got, want)
+    assert "masked_spgemm_pairs" in plan.report()["kernels"]
+    D = L.toarray()
+    _check(plan, {"L": L}, (D @ D) * D)

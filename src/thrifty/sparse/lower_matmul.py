@@ -21,7 +21,7 @@ from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, Value, nbytes, panelled, sparse_out, split_rows
 from thrifty.sparse.colwise import spmv_t_dtype_ok
 from thrifty.sparse.masked import masked_counts, masked_pairs
-from thrifty.sparse.pattern import MASKED_PRODUCT_LIMIT, Pattern
+from thrifty.sparse.pattern import MASKED_PRODUCT_LIMIT, Pairs, Pattern
 from thrifty.sparse.sddmm import plan_blocks
 from thrifty.sparse.tasks import NUMBA_DTYPES, Gather, Seg
 from thrifty.sparse.transpose import transpose_pattern
@@ -185,18 +185,26 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     dtype = node.type.dtype
     Sa, Sb = va.struct, vb.struct
     assert Sa is not None and Sb is not None
+    pairs = _recorded_pairs(b, node, Sa, Sb, P)
+    if pairs is not None:  # the pairs are known: only their share of the walk is needed
+        hits, visits = int(pairs[0][-1]), _visits(Sa, Sb, P)
+        if hits <= PAIRS_SHARE * visits and 8 * hits <= PAIRS_BYTES_LIMIT:
+            b.flops(2 * hits)
+            return _lower_pairs(b, node, va, vb, P, np.diff(pairs[0]),
+                                _mask_scale(b, node, P), pairs)
     # pairs a row walk visits, per row: rows without mask entries are skipped
     cs = np.zeros(Sa.nnz + 1)
     np.cumsum(np.diff(Sb.indptr)[Sa.indices], out=cs[1:])
     row_work = (cs[Sa.indptr[1:]] - cs[Sa.indptr[:-1]]) * (np.diff(P.indptr) > 0)
     cum = np.concatenate([[0.0], np.cumsum(row_work + np.diff(P.indptr))])
     visits = float(cum[-1])
-    counts = masked_counts(Sa, Sb, P) if visits <= MASKED_PRODUCT_LIMIT else None
+    counts = np.diff(pairs[0]) if pairs is not None else \
+        masked_counts(Sa, Sb, P) if visits <= MASKED_PRODUCT_LIMIT else None
     hits = int(counts.sum()) if counts is not None else int(visits)
     b.flops(2 * hits)
     if counts is not None and hits <= PAIRS_SHARE * visits and \
             8 * hits <= PAIRS_BYTES_LIMIT:
-        return _lower_pairs(b, node, va, vb, P, counts, _mask_scale(b, node, P))
+        return _lower_pairs(b, node, va, vb, P, counts, _mask_scale(b, node, P), pairs)
     # the dot-product form merges a row of A with a column of B per mask entry
     bcol = np.bincount(Sb.indices, minlength=Sb.shape[1]).astype(np.float64)
     arow = np.diff(Sa.indptr).astype(np.float64)
@@ -228,12 +236,41 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
                     reads, secs, P)
 
 
+def _visits(Sa: sp.csr_array, Sb: sp.csr_array, P: sp.csr_array) -> float:
+    """Pairs a row walk of ``A @ B`` on ``P`` visits, plus ``P``'s entries (rows of ``P``
+    without entries are skipped): read from ``A``'s entries in ``P``'s rows alone."""
+    rows = np.flatnonzero(np.diff(P.indptr))
+    starts, lens = Sa.indptr[rows], np.diff(Sa.indptr)[rows]
+    n = int(lens.sum())
+    if n == 0:
+        return float(P.nnz)
+    # the positions of those rows' entries of A, row after row
+    at = np.repeat(starts - np.concatenate([[0], np.cumsum(lens)[:-1]]), lens) + np.arange(n)
+    return float(np.diff(Sb.indptr)[Sa.indices[at]].sum() + P.nnz)
+
+
+def _recorded_pairs(b: Builder, node: Node, Sa: sp.csr_array, Sb: sp.csr_array,
+                    P: sp.csr_array) -> Pairs | None:
+    """The pairs of ``A @ B`` on ``P`` that propagation recorded while finding ``P``
+    (:attr:`Propagation.pairs`), when they are for these very operands' structures."""
+    rec = b.prop.pairs.get(node.id)
+    if rec is None or rec[2].elements is not P:
+        return None
+    for pat, S in ((rec[0], Sa), (rec[1], Sb)):
+        E = pat.elements
+        if E is None or not _same_pattern(E, S):
+            return None
+    return rec[3]
+
+
 def _lower_pairs(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
-                 counts: np.ndarray, scale: tuple[int, str, np.ndarray] | None) -> Value:
+                 counts: np.ndarray, scale: tuple[int, str, np.ndarray] | None,
+                 pairs: Pairs | None = None) -> Value:
     """A masked product run from the pairs recorded at inspection: per task, its entries'
     pairs (a slice, so that a task sent to another process carries only its own)."""
     dtype = node.type.dtype
-    ptr, ia, ib = masked_pairs(va.struct, vb.struct, P, counts)  # type: ignore[arg-type]
+    ptr, ia, ib = pairs if pairs is not None else \
+        masked_pairs(va.struct, vb.struct, P, counts)  # type: ignore[arg-type]
     secs = registry.seconds("masked_spgemm_pairs", b.cost, pairs=float(ptr[-1]), nnz=P.nnz)
     ranges = split_rows((ptr + np.arange(P.nnz + 1))[P.indptr].astype(np.float64),
                         b.cost.n_tasks(secs))

@@ -38,7 +38,7 @@ Example
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -47,7 +47,8 @@ import scipy.sparse as sp
 from thrifty.errors import SpecError
 from thrifty.graph.ir import Graph, Node
 from thrifty.sparse.coo import bool_pattern, build_relation
-from thrifty.sparse.pattern import Pattern
+from thrifty.sparse.masked import RECORD_LIMIT
+from thrifty.sparse.pattern import Pairs, Pattern
 
 __all__ = ["Propagation", "propagate", "input_pattern", "einsum_as_matmul", "zero_preserving"]
 
@@ -66,6 +67,12 @@ class Propagation:
     need: Mapping[int, Pattern | None]
     effective: Mapping[int, Pattern]
     rounds: int
+    #: Masked products resolved on their need, by node id: ``(pattern of A, pattern of B,
+    #: the product's pattern, its pairs)``, the pairs (``(ptr, ia, ib)`` over that
+    #: pattern's elements, as :func:`thrifty.sparse.masked.masked_pairs`) recorded by the
+    #: pass that found the pattern (only for ``A @ B`` without transposes, and when few
+    #: enough: :data:`thrifty.sparse.masked.RECORD_LIMIT`).
+    pairs: Mapping[int, tuple[Pattern, Pattern, Pattern, Pairs]] = field(default_factory=dict)
 
 
 def input_pattern(value: Any, shape: tuple[int, ...]) -> Pattern:
@@ -314,12 +321,12 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
     if memo is not None and node.id in memo and \
             all(x is y or x.same_as(y) for x, y in zip(memo[node.id][:3], key)):
         return memo[node.id][3]  # type: ignore[no-any-return]  # the round before's
-    p = _masked_product(key[0], key[1], need, form)
-    if p is None:  # too large to resolve, or an operand's elements unknown: the blocks
+    res = _masked_product(key[0], key[1], need, form)
+    if res is None:  # too large to resolve, or an operand's elements unknown: the blocks
         return rule(graph, node, pats, exact)  # type: ignore[no-any-return]
     if memo is not None:
-        memo[node.id] = (*key, p)
-    return p  # type: ignore[no-any-return]
+        memo[node.id] = (*key, *res)
+    return res[0]
 
 
 def _product_form(node: Node) -> tuple[bool, bool, bool] | None:
@@ -332,16 +339,19 @@ def _product_form(node: Node) -> tuple[bool, bool, bool] | None:
 
 
 def _masked_product(a: Pattern, b: Pattern, need: Pattern, form: tuple[bool, bool, bool]
-                    ) -> Pattern | None:
+                    ) -> tuple[Pattern, Pairs | None] | None:
     """The product's entries among ``need``'s elements where a row of one operand meets a
-    column of the other (:meth:`Pattern.matmul_on`; a subset of ``need``)."""
+    column of the other (:meth:`Pattern.matmul_on`; a subset of ``need``), and for
+    ``A @ B`` (no transposes) the pairs landing on them, when few enough."""
     if a.ndim != 2 or b.ndim != 2:
         return None
+    if form == (False, False, False):
+        return a.matmul_on_pairs(b, need, RECORD_LIMIT)
     ta, tb, tout = form
     a = a.transpose() if ta else a
     b = b.transpose() if tb else b
     out = a.matmul_on(b, need.transpose() if tout else need)
-    return None if out is None else out.transpose() if tout else out
+    return None if out is None else (out.transpose() if tout else out, None)
 
 
 def _meet(a: Pattern | None, b: Pattern | None) -> Pattern | None:
@@ -515,4 +525,5 @@ def propagate(graph: Graph, inputs: Mapping[str, Any]) -> Propagation:
             eff = new_eff
             break
         eff = new_eff
-    return Propagation(fwd, need, eff, rounds)
+    pairs = {nid: (m[0], m[1], m[3], m[4]) for nid, m in memo.items() if m[4] is not None}
+    return Propagation(fwd, need, eff, rounds, pairs)
