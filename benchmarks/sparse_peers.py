@@ -143,13 +143,15 @@ def product_peers(A: sp.csr_array, X: np.ndarray) -> dict[str, Callable[[], Any]
     return out
 
 
-def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray) -> dict[str, Callable[[], Any]]:
-    """``relu(A @ (X @ W))`` by scipy, MKL and torch (graphblas and pydata: see SpMM)."""
-    out: dict[str, Callable[[], Any]] = {"scipy": lambda: np.maximum(A @ (X @ W), 0)}
+def gcn_layers(A: sp.csr_array) -> dict[str, Callable[[Any, Any], Any]]:
+    """One layer ``relu(A @ (X @ W))`` as a function of ``(X, W)`` by scipy, MKL and torch
+    (graphblas and pydata: see SpMM); a layer takes the previous layer's output as it is."""
+    out: dict[str, Callable[[Any, Any], Any]] = {
+        "scipy": lambda X, W: np.maximum(A @ (X @ W), 0)}
     mkl = _mkl()
     if mkl is not None:
         Am = sp.csr_matrix(A)
-        out["mkl"] = lambda: np.maximum(mkl.dot_product_mkl(Am, X @ W), 0)
+        out["mkl"] = lambda X, W: np.maximum(mkl.dot_product_mkl(Am, X @ W), 0)
     try:
         import torch
 
@@ -157,11 +159,16 @@ def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray) -> dict[str, Callab
                                      torch.from_numpy(A.indices.astype(np.int64)),
                                      torch.from_numpy(A.data), size=A.shape,
                                      check_invariants=False)
-        Xt, Wt = torch.from_numpy(X), torch.from_numpy(W)
-        out["torch"] = lambda: torch.relu(torch.mm(At, Xt @ Wt))
+        out["torch"] = lambda X, W: torch.relu(torch.mm(At, torch.as_tensor(X) @
+                                                        torch.as_tensor(W)))
     except Exception:  # noqa: BLE001 - optional peer
         pass
     return out
+
+
+def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray) -> dict[str, Callable[[], Any]]:
+    """``relu(A @ (X @ W))`` by scipy, MKL and torch (graphblas and pydata: see SpMM)."""
+    return {p: (lambda layer: lambda: layer(X, W))(f) for p, f in gcn_layers(A).items()}
 
 
 def check_peers(fns: dict[str, Callable[[], Any]], ref: np.ndarray,
