@@ -171,11 +171,13 @@ def test_two_layer_gcn_association_across_layers(widths, cost):
     inputs = {"A": A, "X": _ints((500, f0), rng, "float64"),
               "W": _ints((f0, f1), rng, "float64"), "W2": _ints((f1, f2), rng, "float64")}
     plan = _plan(GCN2, inputs, cost)
-    left, right = (cost or CostModel()).chain_seconds(A.nnz, 500, 500, f1, f2,
-                                                      x_in_cache=True)
+    cm = cost or CostModel()
+    l1, r1 = cm.chain_seconds(A.nnz, 500, 500, f0, f1)  # the first layer: fused if l1 <= r1
+    pays = cm.across_pays(A.nnz, 500, 500, f1, f2, panelled=l1 <= r1)
+    left, right = cm.chain_seconds(A.nnz, 500, 500, f1, f2, x_in_cache=True)
     kernels = plan.report()["kernels"]
     across = [t for t in plan.taskgraph.tasks.values() if t.attrs.get("after")]
-    if right * (1 + 1e-9) < left:
+    if pays:
         assert kernels["fused_matmul"] == 1 and across
         # the second layer is a plain SpMM of the first layer's output
         assert all(t.kernel in ("spmm_csr", "spmm_panel") for t in plan.taskgraph.tasks.values()
@@ -204,11 +206,14 @@ def test_equal_widths_run_the_next_layers_gemm_in_cache():
 
 
 def test_gemm_after_a_fused_layer_that_is_no_chain_runs_in_its_panels():
-    """``relu(A @ X @ W) @ W2`` (an output, no sparse operand after it): the gemm by ``W2``
-    runs on each panel in cache; the layer's own output is never written."""
+    """``relu(A @ X @ W) @ W2`` (an output, no sparse operand after it) with the layer a
+    fused chain: the gemm by ``W2`` runs on each panel in cache; the layer's own output
+    is never written."""
     rng = np.random.default_rng(11)
-    A = _int_csr(300, 200, 0.05, rng, 0.3)
-    inputs = {"A": A, "X": _ints((200, 16), rng, "float64"),
+    A = _int_csr(300, 300, 0.05, rng, 0.3)
+    left, right = PANELS.chain_seconds(A.nnz, 300, 300, 16, 24)
+    assert left <= right  # the layer is a fused chain
+    inputs = {"A": A, "X": _ints((300, 16), rng, "float64"),
               "W": _ints((16, 24), rng, "float64"), "W2": _ints((24, 5), rng, "float64")}
     prog = th.program(lambda A, X, W, W2: th.relu((A @ X) @ W) @ W2)
     plan = _plan(prog, inputs, PANELS)
@@ -247,9 +252,9 @@ def test_as_written_undoes_the_fusion_across_layers():
     from thrifty.sparse.fused import as_written
 
     rng = np.random.default_rng(13)
-    A = _int_csr(200, 200, 0.05, rng)
-    inputs = {"A": A, "X": _ints((200, 16), rng, "float64"),
-              "W": _ints((16, 16), rng, "float64"), "W2": _ints((16, 4), rng, "float64")}
+    A = _int_csr(300, 300, 0.05, rng)
+    inputs = {"A": A, "X": _ints((300, 64), rng, "float64"),
+              "W": _ints((64, 64), rng, "float64"), "W2": _ints((64, 8), rng, "float64")}
     plan = _plan(GCN2, inputs)
     assert plan.report()["kernels"]["fused_matmul"] == 1
     plain = as_written(plan, inputs)

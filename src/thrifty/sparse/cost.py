@@ -155,6 +155,19 @@ class CostModel:
             8.0 * m * f_out / self.bandwidth
         return left, right
 
+    def across_pays(self, nnz: int, n: int, m: int, f_in: int, f_out: int,
+                    panelled: bool) -> bool:
+        """Whether ``A @ (X @ W)`` with ``X @ W`` made in the panels of the kernel making
+        ``X`` costs less than both associations made on their own (:meth:`chain_seconds`).
+        ``panelled``: that kernel already runs per cache panel (a fused chain), so ``W``
+        adds one BLAS call per panel; otherwise (a plain SpMM) each panel also pays
+        :attr:`panel_call`. A tie (to rounding) does not pay."""
+        left, right = self.chain_seconds(nnz, n, m, f_in, f_out)
+        _, fused = self.chain_seconds(nnz, n, m, f_in, f_out, x_in_cache=True)
+        if not panelled:
+            fused += -(-m // self.chain_rows(f_in, f_out)) * self.panel_call
+        return fused * (1.0 + 1e-9) < min(left, right)
+
     def fused_seconds(self, nnz: int, n: int, widths: tuple[int, ...]) -> float:
         """A fused row-panel kernel: the SpMM of ``nnz`` entries on ``widths[0]`` columns,
         then per cache panel of its ``n`` rows a gemm from each width to the next (one

@@ -139,14 +139,15 @@ def _lower_chain(b: Builder, node: Node) -> Value:
                          [va.buffer, b.values[X].buffer, b.values[W].buffer], (f_in, f_out))
 
 
-def _trailing(b: Builder, node: Node) -> tuple[int, int] | None:
+def _trailing(b: Builder, node: Node, panelled: bool) -> tuple[int, int] | None:
     """``(product, W2)`` when the unary op fused into ``node`` is read only by
     ``post(node) @ W2`` (``W2`` dense 2-D, one dtype) and running that gemm on each row
-    panel of ``node`` while it is in cache pays: always when the product is not the
-    ``X @ W`` of a chain ``A @ (X @ W)`` (it saves writing and reading ``post(node)``),
-    else when the cost model prices that chain with ``X @ W`` made in cache below the
-    fused ``(A @ X) @ W`` (:meth:`~thrifty.sparse.cost.CostModel.chain_seconds`,
-    ``x_in_cache``): the next layer's SpMM on the narrower width."""
+    panel of ``node`` while it is in cache pays. When the product is the ``X @ W`` of a
+    chain ``A @ (X @ W)``, the cost model decides
+    (:meth:`~thrifty.sparse.cost.CostModel.across_pays`: the next layer's SpMM on the
+    narrower width, and the calls per panel); otherwise it runs in the panels of a kernel
+    already made per panel (``panelled``: a fused chain), where it saves writing and
+    reading ``post(node)`` for one BLAS call per panel."""
     g = b.graph
     if not b.cost.chains or node.id not in b.post or node.type.ndim != 2:
         return None
@@ -168,11 +169,9 @@ def _trailing(b: Builder, node: Node) -> tuple[int, int] | None:
         if va is not None and va.kind == "csr" and va.struct is not None:
             A = va.struct
             f_in, f_out = g[w].type.shape
-            left, right = b.cost.chain_seconds(A.nnz, A.shape[0], A.shape[1], f_in, f_out,
-                                               x_in_cache=True)
-            if left <= right * (1.0 + 1e-9):  # a tie (to rounding) stays as it was
-                return None
-    return mm.id, w
+            pays = b.cost.across_pays(A.nnz, A.shape[0], A.shape[1], f_in, f_out, panelled)
+            return (mm.id, w) if pays else None
+    return (mm.id, w) if panelled else None
 
 
 def _fused_panels(b: Builder, node: Node, A: sp.csr_array, pat: Pattern,
@@ -186,7 +185,7 @@ def _fused_panels(b: Builder, node: Node, A: sp.csr_array, pat: Pattern,
     if post is not None:
         b.fused.add(node.id)
     with_w = len(widths) == 2
-    trail = _trailing(b, node)
+    trail = _trailing(b, node, with_w)
     if trail is not None:
         b.fuse_into[trail[0]] = node.id
         reads = [*reads, b.values[trail[1]].buffer]
@@ -372,7 +371,7 @@ def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: in
                 pat: Pattern | None = None) -> Value:
     """CSR @ dense matrix: row segments in CSR or gathered panels, grouped into tasks."""
     dtype = node.type.dtype
-    if _trailing(b, node) is not None:
+    if _trailing(b, node, False) is not None:
         return _fused_panels(b, node, A, pat or b.prop.forward[node.inputs[0]], reads, (k,))
     post = b.post.get(node.id)
     if post is not None:
