@@ -12,8 +12,9 @@ IPDPS 2021, in their row-panel form). The cost model picks this association or
 
 A layer whose output ``H`` is read only by ``H @ W2`` (the next GCN layer's ``X @ W``)
 multiplies each panel of ``H`` by ``W2`` while it is in cache and writes ``H @ W2`` instead
-(``after``): the cost model prices the next layer's ``A @ (H @ W2)`` made that way against
-its fused ``(A @ H) @ W2`` (``chain_seconds(..., x_in_cache=True)``).
+(``after``) where the cost model prices the next layer's ``A @ (H @ W2)`` made that way
+below both associations made on their own
+(:meth:`~thrifty.sparse.cost.CostModel.across_pays`).
 
 Panels stay below the size at which OpenBLAS splits a gemm over its own threads
 (:meth:`~thrifty.sparse.cost.CostModel.chain_rows`): the row tasks are the parallelism.
