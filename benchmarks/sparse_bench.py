@@ -46,6 +46,7 @@ from sparse_peers import (  # noqa: E402
     PeerForms,
     check_peers,
     finch_probe,
+    gcn_layers,
     gcn_peers,
     product_peers,
     set_threads,
@@ -278,10 +279,9 @@ def other_peers(kernel: str, A: sp.csr_array, inp: dict,
         X, W = inp["X"], inp["W"]
         out.update(gcn_peers(A, X, W, forms))
     elif kernel == "gcn2":  # each peer's layer twice, the second on the first's output
-        H = np.empty_like(inp["X"])
-        one, two = gcn_peers(A, inp["X"], inp["W"], forms), gcn_peers(A, H, inp["W2"], forms)
-        for p in one:
-            out[p] = (lambda f, g: lambda: (H.__setitem__(..., f()), g())[1])(one[p], two[p])
+        X, W, W2 = inp["X"], inp["W"], inp["W2"]
+        for p, f in gcn_layers(A, forms).items():
+            out[p] = (lambda layer: lambda: layer(layer(X, W), W2))(f)
     elif kernel == "attention":
         Q, K_, V, S = inp["Q"], inp["K"], inp["V"], inp["S"]
         out["scipy"] = lambda: _attention_scipy(Q, K_, V, S)

@@ -193,21 +193,30 @@ def product_peers(A: sp.csr_array, X: np.ndarray,
     return out
 
 
-def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray,
-              forms: PeerForms | None = None) -> dict[str, Callable[[], Any]]:
-    """``relu(A @ (X @ W))`` by scipy, MKL and torch (graphblas and pydata: see SpMM)."""
+def gcn_layers(A: sp.csr_array,
+               forms: PeerForms | None = None) -> dict[str, Callable[[Any, Any], Any]]:
+    """One layer ``relu(A @ (X @ W))`` as a function of ``(X, W)`` by scipy, MKL and torch
+    (graphblas and pydata: see SpMM); a layer takes the previous layer's output as it is."""
     f = PeerForms(A) if forms is None else forms
-    out: dict[str, Callable[[], Any]] = {"scipy": lambda: np.maximum(A @ (X @ W), 0)}
+    out: dict[str, Callable[[Any, Any], Any]] = {
+        "scipy": lambda X, W: np.maximum(A @ (X @ W), 0)}
     mkl, Am = _mkl(), f.mkl
     if mkl is not None and Am is not None:
-        out["mkl"] = lambda: np.maximum(mkl.dot_product_mkl(Am, X @ W), 0)
+        out["mkl"] = lambda X, W: np.maximum(mkl.dot_product_mkl(Am, X @ W), 0)
     At = f.torch
     if At is not None:
         import torch
 
-        Xt, Wt = torch.from_numpy(X), torch.from_numpy(W)
-        out["torch"] = lambda: torch.relu(torch.mm(At, Xt @ Wt))
+        out["torch"] = lambda X, W: torch.relu(torch.mm(At, torch.as_tensor(X) @
+                                                        torch.as_tensor(W)))
     return out
+
+
+def gcn_peers(A: sp.csr_array, X: np.ndarray, W: np.ndarray,
+              forms: PeerForms | None = None) -> dict[str, Callable[[], Any]]:
+    """``relu(A @ (X @ W))`` by scipy, MKL and torch (graphblas and pydata: see SpMM)."""
+    return {p: (lambda layer: lambda: layer(X, W))(f)
+            for p, f in gcn_layers(A, forms).items()}
 
 
 @numba.njit(parallel=True, nogil=True, cache=True)

@@ -64,6 +64,9 @@ class CostModel:
         a test of the dense accumulator: latency, not flops, bounds it).
     blas_call:
         Fixed cost of one small BLAS call (a fused chain's per-panel gemm).
+    panel_call:
+        Fixed cost of a fused kernel's other calls per cache panel (its SpMM rows and its
+        unary op: 1.2 and 0.7 µs measured on one-row panels here).
     tasks_per_thread:
         A row-panel op is split into at most this many tasks per thread (the threads take
         them from one queue, so a thread that the OS deschedules holds back less work).
@@ -88,6 +91,7 @@ class CostModel:
     panel_overhead: float = 1.0e-5
     tasks_per_thread: int = 2
     blas_call: float = 2.0e-6
+    panel_call: float = 2.0e-6
     masked_visit: float = 2.5e-9
     chains: bool = True
 
@@ -120,8 +124,8 @@ class CostModel:
         return int(min(self.tasks_per_thread * self.threads,
                        max(1, seconds // self.min_task_seconds)))
 
-    def chain_seconds(self, nnz: int, n: int, m: int, f_in: int, f_out: int
-                      ) -> tuple[float, float]:
+    def chain_seconds(self, nnz: int, n: int, m: int, f_in: int, f_out: int,
+                      x_in_cache: bool = False) -> tuple[float, float]:
         """``(A @ X) @ W`` fused per row panel, and ``A @ (X @ W)``, for an ``n x m``
         ``A`` with ``nnz`` entries, ``X`` of ``m x f_in`` and ``W`` of ``f_in x f_out``.
 
@@ -130,13 +134,55 @@ class CostModel:
         rows (its ``m x f_out`` result written and read back) and the SpMM on ``f_out``
         columns. As in opt_einsum's choice of a dense chain's order, the flops decide
         when the widths differ; the memory traffic of the intermediate when they tie.
+
+        ``x_in_cache``: ``X`` is made one row panel at a time by a fused kernel (the
+        previous layer of a GCN), which can multiply each panel by ``W`` while it is in
+        cache. Then ``A @ (X @ W)`` costs the gemm's flops and calls, the SpMM on
+        ``f_out`` columns, and that kernel writing ``f_out`` columns instead of ``f_in``;
+        the fused ``(A @ X) @ W`` pays the SpMM on ``f_in`` and its calls per panel. At
+        equal widths those calls decide: ``A @ (X @ W)`` is then a plain SpMM (one
+        CPU-time measurement of a two-layer GCN at widths 64 here: 3-14% less than two
+        fused ``(A @ X) @ W`` passes).
         """
-        rows = self.chain_rows(f_in, f_out)
-        left = (self.spmm_seconds(nnz, f_in) + 2.0 * n * f_in * f_out / self.gemm_flops
-                + -(-n // rows) * self.blas_call + 8.0 * n * f_out / self.bandwidth)
+        left = self.fused_seconds(nnz, n, (f_in, f_out))
+        if x_in_cache:
+            right = (2.0 * m * f_in * f_out / self.gemm_flops
+                     + -(-m // self.chain_rows(f_in, f_out)) * self.blas_call
+                     + self.spmm_seconds(nnz, f_out) + 8.0 * n * f_out / self.bandwidth
+                     + 8.0 * m * (f_out - f_in) / self.bandwidth)
+            return left, right
         right = self.gemm_seconds(m, f_in, f_out) + self.spmm_seconds(nnz, f_out) + \
             8.0 * m * f_out / self.bandwidth
         return left, right
+
+    def across_pays(self, nnz: int, n: int, m: int, f_in: int, f_out: int,
+                    panelled: bool) -> bool:
+        """Whether ``A @ (X @ W)`` with ``X @ W`` made in the panels of the kernel making
+        ``X`` costs less than both associations made on their own (:meth:`chain_seconds`).
+        ``panelled``: that kernel already runs per cache panel (a fused chain), so ``W``
+        adds one BLAS call per panel; otherwise (a plain SpMM) each panel also pays
+        :attr:`panel_call`. A tie (to rounding) does not pay."""
+        left, right = self.chain_seconds(nnz, n, m, f_in, f_out)
+        _, fused = self.chain_seconds(nnz, n, m, f_in, f_out, x_in_cache=True)
+        if not panelled:
+            fused += -(-m // self.chain_rows(f_in, f_out)) * self.panel_call
+        return fused * (1.0 + 1e-9) < min(left, right)
+
+    def fused_seconds(self, nnz: int, n: int, widths: tuple[int, ...]) -> float:
+        """A fused row-panel kernel: the SpMM of ``nnz`` entries on ``widths[0]`` columns,
+        then per cache panel of its ``n`` rows a gemm from each width to the next (one
+        small BLAS call each) and the unary op, the last width written out."""
+        gemms = list(zip(widths, widths[1:]))
+        rows = self.fused_rows(widths)
+        return (self.spmm_seconds(nnz, widths[0])
+                + sum(2.0 * n * a * b for a, b in gemms) / self.gemm_flops
+                + -(-n // rows) * (len(gemms) * self.blas_call + self.panel_call)
+                + 8.0 * n * widths[-1] / self.bandwidth)
+
+    def fused_rows(self, widths: tuple[int, ...]) -> int:
+        """Rows per cache panel of a fused kernel whose gemms go from each of ``widths``
+        to the next: the smallest :meth:`chain_rows` of its gemms."""
+        return min([self.chain_rows(a, b) for a, b in zip(widths, widths[1:])] or [128])
 
     @staticmethod
     def chain_rows(f_in: int, f_out: int) -> int:

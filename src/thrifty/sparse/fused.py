@@ -10,6 +10,12 @@ IPDPS 2021, in their row-panel form). The cost model picks this association or
 ``A @ (X @ W)`` from the operands' nonzeros and widths
 (:meth:`thrifty.sparse.cost.CostModel.chain_seconds`).
 
+A layer whose output ``H`` is read only by ``H @ W2`` (the next GCN layer's ``X @ W``)
+multiplies each panel of ``H`` by ``W2`` while it is in cache and writes ``H @ W2`` instead
+(``after``) where the cost model prices the next layer's ``A @ (H @ W2)`` made that way
+below both associations made on their own
+(:meth:`~thrifty.sparse.cost.CostModel.across_pays`).
+
 Panels stay below the size at which OpenBLAS splits a gemm over its own threads
 (:meth:`~thrifty.sparse.cost.CostModel.chain_rows`): the row tasks are the parallelism.
 
@@ -73,44 +79,53 @@ def _subpanels(segs: Sequence[Seg], rows: int) -> Iterator[tuple[int, int, Seg]]
 
 class ChainPanel:
     """Rows ``[r0, r1)`` of ``post(A @ X)`` (``with_w`` false) or ``post((A @ X) @ W)``,
-    cache panel by cache panel, written into the shared output.
+    cache panel by cache panel, written into the shared output; with ``after``, each
+    panel of that result is multiplied by one more matrix ``W2`` while still in cache
+    (the next layer's ``X @ W2`` of a GCN: ``post(...) @ W2`` is written, the layer's own
+    output never is).
 
     ``segs`` are the rows' segments (CSR rows or gathered dense panels,
     :func:`thrifty.sparse.lower_matmul._spmm_segments`); ``post`` is ``(op, attrs)`` of an
-    elementwise unary or ``None``.
+    elementwise unary or ``None``. Called as ``(out, A, X)``, then ``W`` when ``with_w``,
+    then ``W2`` when ``after``.
     """
 
     def __init__(self, r0: int, r1: int, segs: Sequence[Seg], dtype: str,
                  post: tuple[str, Mapping[str, Any]] | None, rows: int,
-                 with_w: bool) -> None:
+                 with_w: bool, after: bool = False) -> None:
         self.r0, self.r1, self.segs, self.dtype = r0, r1, tuple(segs), dtype
         self.post = None if post is None else inplace_post(*post)
-        self.rows, self.with_w = int(rows), with_w
+        self.rows, self.with_w, self.after = int(rows), with_w, after
 
     def __call__(self, out: np.ndarray, A: sp.csr_array, X: np.ndarray,
-                 W: np.ndarray | None = None) -> np.ndarray:
+                 *mats: np.ndarray) -> np.ndarray:
         X = np.ascontiguousarray(X, dtype=self.dtype)
         data = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
-        scratch = None
-        Wc = np.empty((0, 0))
-        if self.with_w:
-            Wc = np.ascontiguousarray(W, dtype=self.dtype)
-            longest = max([min(self.rows, s.r1 - s.r0) if s.form == "csr" else s.r1 - s.r0
-                           for s in self.segs] or [0])
-            scratch = np.empty((longest, X.shape[1]), dtype=self.dtype)
+        Ws = [np.ascontiguousarray(w, dtype=self.dtype)
+              for w in mats[:int(self.with_w) + int(self.after)]]
+        # one scratch panel per product before the last: the SpMM rows, then (with both
+        # W and W2) the rows times W; the last product writes into the output rows
+        widths = [X.shape[1]] + [w.shape[1] for w in Ws[:-1]]
+        longest = max([min(self.rows, s.r1 - s.r0) if s.form == "csr" else s.r1 - s.r0
+                       for s in self.segs] or [0])
+        scratch = [np.empty((longest, f), dtype=self.dtype) for f in widths[:len(Ws)]]
         for p, q, s in _subpanels(self.segs, self.rows):
             o = out[p:q]
-            t = o if scratch is None else scratch[:q - p]
+            panels = [t[:q - p] for t in scratch] + [o]
+            t = panels[0]
             if s.form == "csr":
                 K.spmm_rows(A.indptr, A.indices, data, X, t, p, q)
             else:
                 p0, p1 = A.indptr[p], A.indptr[q]
                 K.panel_gemm(s.flat_pos, data[p0:p1], (q - p, len(s.cols)),  # type: ignore[arg-type]
                              s.cols, X, t)  # type: ignore[arg-type]
-            if scratch is not None:
-                np.matmul(t, Wc, out=o)
+            if self.with_w:
+                np.matmul(t, Ws[0], out=panels[1])
+                t = panels[1]
             if self.post is not None:
-                self.post(o)
+                self.post(t)
+            if self.after:
+                np.matmul(t, Ws[-1], out=o)
         return out[self.r0:self.r1]
 
 

@@ -135,23 +135,76 @@ def _lower_chain(b: Builder, node: Node) -> Value:
                     registry.seconds("gemm", cm, flops=flops), node.id)
         return _lower_csr_dense(b, node, va, Value(xw, "dense"), (m, f_out),
                                 b.prop.forward[a])
+    return _fused_panels(b, node, A, b.prop.forward[a],
+                         [va.buffer, b.values[X].buffer, b.values[W].buffer], (f_in, f_out))
+
+
+def _trailing(b: Builder, node: Node, panelled: bool) -> tuple[int, int] | None:
+    """``(product, W2)`` when the unary op fused into ``node`` is read only by
+    ``post(node) @ W2`` (``W2`` dense 2-D, one dtype) and running that gemm on each row
+    panel of ``node`` while it is in cache pays. When the product is the ``X @ W`` of a
+    chain ``A @ (X @ W)``, the cost model decides
+    (:meth:`~thrifty.sparse.cost.CostModel.across_pays`: the next layer's SpMM on the
+    narrower width, and the calls per panel); otherwise it runs in the panels of a kernel
+    already made per panel (``panelled``: a fused chain), where it saves writing and
+    reading ``post(node)`` for one BLAS call per panel."""
+    g = b.graph
+    if not b.cost.chains or node.id not in b.post or node.type.ndim != 2:
+        return None
+    (u,) = g.users(node.id)
+    if u in g.outputs or len(g.users(u)) != 1:
+        return None
+    mm = g[g.users(u)[0]]
+    if mm.op != "matmul" or mm.inputs[0] != u or mm.inputs[1] == u or \
+            mm.type.dtype != node.type.dtype:
+        return None
+    w = mm.inputs[1]
+    vw = b.values.get(w)
+    if vw is None or vw.kind != "dense" or g[w].type.ndim != 2:
+        return None
+    outer = g.users(mm.id)
+    if len(outer) == 1 and mm.id not in g.outputs and g[outer[0]].op == "matmul" and \
+            g[outer[0]].inputs[1] == mm.id:
+        va = b.values.get(g[outer[0]].inputs[0])
+        if va is not None and va.kind == "csr" and va.struct is not None:
+            A = va.struct
+            f_in, f_out = g[w].type.shape
+            pays = b.cost.across_pays(A.nnz, A.shape[0], A.shape[1], f_in, f_out, panelled)
+            return (mm.id, w) if pays else None
+    return (mm.id, w) if panelled else None
+
+
+def _fused_panels(b: Builder, node: Node, A: sp.csr_array, pat: Pattern,
+                  reads: list[str], widths: tuple[int, ...]) -> Value:
+    """``post(A @ X)`` (``widths`` ``(k,)``) or ``post((A @ X) @ W)`` (``(f_in, f_out)``)
+    per cache panel (``spmm_chain``), each panel also multiplied by the next layer's
+    ``W2`` when :func:`_trailing` finds that pays (the product is then fused into
+    ``node``: its value is this kernel's output)."""
+    dtype, cm = node.type.dtype, b.cost
     post = b.post.get(node.id)
     if post is not None:
         b.fused.add(node.id)
-    # row tasks balanced (and counted) on the SpMM and the gemm by W together: the gemm
-    # is most of a chain's work at equal widths
-    by_range, _ = _spmm_tasks(b, A, b.prop.forward[a], f_in,
-                              2.0 * f_in * f_out / cm.gemm_flops)
+    with_w = len(widths) == 2
+    trail = _trailing(b, node, with_w)
+    if trail is not None:
+        b.fuse_into[trail[0]] = node.id
+        reads = [*reads, b.values[trail[1]].buffer]
+        widths = (*widths, b.graph[trail[1]].type.shape[1])
     n = A.shape[0]
-    b.flops(2 * n * f_in * f_out)
-    secs = registry.seconds("spmm_chain", cm, nnz=A.nnz, n=n, m=m, f_in=f_in, f_out=f_out)
-    rows = cm.chain_rows(f_in, f_out)
-    return panelled(b, node, "chain", node.type.shape, dtype, list(by_range),
+    gemm_flops = sum(2.0 * f * h for f, h in zip(widths, widths[1:]))
+    # row tasks balanced (and counted) on the SpMM and the gemms together: the gemms are
+    # most of a chain's work at equal widths
+    by_range, _ = _spmm_tasks(b, A, pat, widths[0], gemm_flops / cm.gemm_flops)
+    b.flops(n * gemm_flops)
+    secs = registry.seconds("spmm_chain", cm, nnz=A.nnz, n=n, widths=widths)
+    rows = cm.fused_rows(widths)
+    return panelled(b, node, "chain", (n, widths[-1]), dtype, list(by_range),
                     lambda r0, r1: "spmm_chain",
                     lambda r0, r1: {"rows": (r0, r1), "segments": tuple(by_range[(r0, r1)]),
                                     "dtype": dtype, "post": post, "panel_rows": rows,
-                                    "with_w": True, "chain": True},
-                    [va.buffer, b.values[X].buffer, b.values[W].buffer], secs, None)
+                                    "with_w": with_w, "after": trail is not None,
+                                    "chain": True},
+                    reads, secs, None)
 
 
 def _lower_sddmm(b: Builder, node: Node, va: Value, vb: Value, P: sp.csr_array,
@@ -355,6 +408,8 @@ def _lower_spmm(b: Builder, node: Node, A: sp.csr_array, reads: list[str], k: in
                 pat: Pattern | None = None) -> Value:
     """CSR @ dense matrix: row segments in CSR or gathered panels, grouped into tasks."""
     dtype = node.type.dtype
+    if _trailing(b, node, False) is not None:
+        return _fused_panels(b, node, A, pat or b.prop.forward[node.inputs[0]], reads, (k,))
     post = b.post.get(node.id)
     if post is not None:
         b.fused.add(node.id)

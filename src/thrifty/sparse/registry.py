@@ -163,13 +163,14 @@ _ENTRIES = [
                lambda cm, n: cm.elementwise_seconds(n),
                doc="an elementwise op with a dense result: CSR operands as 0, then their "
                    "stored entries"),
-    KernelSpec("spmm_chain", ("rows", "segments", "dtype", "post", "panel_rows", "with_w"),
+    KernelSpec("spmm_chain", ("rows", "segments", "dtype", "post", "panel_rows", "with_w",
+                              "after"),
                lambda a: F.ChainPanel(*_rows(a), a["segments"], a["dtype"], a["post"],
-                                      a["panel_rows"], a["with_w"]),
-               lambda cm, nnz, n, m, f_in, f_out: cm.chain_seconds(nnz, n, m, f_in,
-                                                                   f_out)[0],
+                                      a["panel_rows"], a["with_w"], a["after"]),
+               lambda cm, nnz, n, widths: cm.fused_seconds(nnz, n, widths),
                doc="rows of post((A @ X) @ W) (or post(A @ X)) per cache panel: SpMM rows, "
-                   "their gemm by W and the elementwise op while the panel is in cache"),
+                   "their gemm by W and the elementwise op while the panel is in cache; "
+                   "with after, that panel times the next layer's W2 is written instead"),
     KernelSpec("masked_spgemm", ("rows", "pattern", "dtype", "scale_pos"),
                lambda a: M.MaskedRows(*_rows(a), a["pattern"], a["dtype"], a["scale_pos"]),
                lambda cm, visits, nnz: cm.masked_seconds(visits, nnz), "masked_spgemm",
@@ -221,9 +222,9 @@ def build(name: str, attrs: Mapping[str, Any]) -> Callable[..., Any]:
     return spec.make(attrs)
 
 
-def seconds(name: str, cost: CostModel, **work: float) -> float:
+def seconds(name: str, cost: CostModel, **work: float | tuple[int, ...]) -> float:
     """The cost model's estimate for kernel ``name`` doing ``work`` (its price's keywords:
-    ``nnz``, ``k``, ``rows``, ``cols``, ``flops``, ``n``)."""
+    ``nnz``, ``k``, ``rows``, ``cols``, ``flops``, ``n``; a fused chain's ``widths``)."""
     return float(_spec(name).price(cost, **work))
 
 

@@ -27,7 +27,8 @@ csr @ dense vector      ``spmv``: the compiled CSR kernel on row panels read in 
                         ``spmv_scipy``: one call of it when splitting would not pay
 csr @ (dense @ dense)   ``spmm_chain``: the association the cost model prices lower; as
 or (csr @ dense) @      ``(A @ X) @ W``, SpMM rows, their gemm by ``W`` and a unary
-dense                   elementwise op per cache panel (``thrifty.sparse.fused``)
+dense                   elementwise op per cache panel (``thrifty.sparse.fused``);
+                        a panel read only by ``@ W2`` is multiplied by ``W2`` in cache
 dense @ dense, needed   ``sddmm`` (only the needed entries), or ``sddmm_blocks``: dense
 only on a sparse set    tiles of the pattern by BLAS, the rest entry by entry
 csr @ csr, needed on    ``masked_spgemm`` (Gustavson with the mask as admission set; a
