@@ -391,12 +391,13 @@ def main() -> None:
                       f"{r['saved']:.2f}", f"{r['peak']:.2f}", f"{r['act_peak']:.2f}",
                       f"{r['time']:.2f}", f"{r['extra_flops']:.2f}",
                       "equal" if r["grads_equal"] else "DIFF")
-    Console().print(table)
+    Console(width=max(120, Console().width)).print(table)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     meta = {"torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "threads": torch.get_num_threads(),
             "quick": a.quick, "vision_missing": VISION_MISSING,
-            "models": {n: sp["source"] for n, sp in specs.items()}}
+            "models": {n: sp["source"] for n, sp in specs.items()
+                       if not a.models or n in a.models}}
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {a.out}")
 

@@ -46,7 +46,7 @@ def train(module, fn, x, steps=2):
         opt.zero_grad(set_to_none=True)
         seen = {}
 
-        def pack(t):
+        def pack(t, seen=seen):
             ref = StorageWeakRef(t.untyped_storage())
             if ref not in skip:
                 seen[ref] = t.untyped_storage().nbytes()
