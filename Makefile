@@ -7,7 +7,7 @@ STAMP_RUN := $(VENV)/.stamp-run
 STAMP_TEST := $(VENV)/.stamp-test
 PYTEST_ARGS ?=
 
-.PHONY: demo test lint bench bench-full clean
+.PHONY: demo test lint bench bench-full bench-vision test-vision clean
 
 $(BIN)/python:
 	$(PY) -m venv $(VENV)
@@ -43,5 +43,28 @@ bench-full: $(STAMP_TEST)
 	$(BIN)/python benchmarks/sparse_bench.py --full
 	set -e; for b in $(filter-out sparse_bench,$(BENCHMARKS)); do $(BIN)/python benchmarks/$$b.py; done
 
+# ResNet-50 and ViT-B/16 of benchmarks/memory_torch.py from torchvision and timm. Neither
+# imports with the pinned CPU PyTorch of .venv, so they run in a separate environment,
+# .venv-vision, with the `vision` extra: torch 2.14.1 and torchvision 0.29.1 (on x86_64 a
+# CUDA build of about 5.5 GB, which runs on the CPU), timm. Not part of `make test`; .venv
+# keeps its pins.
+PY_VISION ?= python3.11
+VENV_VISION := .venv-vision
+STAMP_VISION := $(VENV_VISION)/.stamp-vision
+
+$(STAMP_VISION): pyproject.toml
+	test -x $(VENV_VISION)/bin/python || $(PY_VISION) -m venv $(VENV_VISION)
+	$(VENV_VISION)/bin/python -m pip install --quiet --upgrade pip
+	$(VENV_VISION)/bin/python -m pip install --quiet -e '.[vision]'
+	touch $@
+
+bench-vision: $(STAMP_VISION)
+	$(VENV_VISION)/bin/python benchmarks/memory_torch.py --quick --models resnet50 vit_b16 \
+		--out benchmarks/results/memory_torch_vision.json
+
+# thrifty.torch's tests on that PyTorch, torchvision's ResNet and timm's ViT included
+test-vision: $(STAMP_VISION)
+	$(VENV_VISION)/bin/python -m pytest tests/torch $(PYTEST_ARGS)
+
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info
+	rm -rf $(VENV) $(VENV_VISION) build *.egg-info src/*.egg-info

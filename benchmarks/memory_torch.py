@@ -23,7 +23,9 @@ Measured per step (after a warm-up step that compiles):
 * ``peak``: the peak of bytes in storages allocated during the step and alive at once
   (every ATen op's outputs tracked by a ``TorchDispatchMode``, freed when their last tensor
   dies: the CPU allocator's view, minus what the step did not allocate), as a fraction of
-  eager's peak. A dispatch mode around a compiled call makes TorchDynamo run the model
+  eager's peak. ``act peak``: the same without the weight gradients' storages (those alive
+  as ``.grad`` at the step's end; for ResNet-50 and ViT-B/16 they are 102 MB and 346 MB).
+  A dispatch mode around a compiled call makes TorchDynamo run the model
   eagerly, so for the compiled rows the mode is entered inside the compiled forward and
   backward graphs only (``Backend.around``; the whole step is compiled, loss included);
 * ``time``: median seconds of a few steps, as a ratio to eager's (noisy on a shared machine;
@@ -34,17 +36,20 @@ Measured per step (after a warm-up step that compiles):
   step's flops beyond eager's;
 * ``grads``: whether every gradient is bitwise equal to eager's.
 
-Models (random weights; torchvision and timm do not import with the pinned CPU PyTorch, so
-the ResNet and the ViT are ``transformers``' ``ResNetConfig`` / ``ViTConfig`` models):
-``attention6`` (6 attention blocks, a ``forward`` of its own), ``gpt2`` (``GPT2Config``, 4
-layers 128 wide, 512 tokens), ``resnet50`` (torchvision's ResNet-50 layout and parameter
-count, 64x64 images in the quick mode), ``vit_b16`` (ViT-B/16: 768 wide, 12 heads, patches
-of 16, 12 layers; 4 layers and 64x64 images in the quick mode).
+Models (random weights, no downloads): ``attention6`` (6 attention blocks, a ``forward``
+of its own), ``gpt2`` (``GPT2Config``, 4 layers 128 wide, 512 tokens), ``resnet50``
+(``torchvision.models.resnet50(weights=None)``) and ``vit_b16`` (timm's
+``vit_base_patch16_224``, ``pretrained=False``, all 12 layers) where torchvision and timm
+import; they do not with the project's pinned CPU PyTorch (``make bench-vision`` runs these
+rows in a separate environment that has them), and then ResNet-50 and ViT-B/16 are built
+from ``transformers``' ``ResNetConfig`` / ``ViTConfig`` (the table's caption says
+``FALLBACK`` and why). Sizes: see :func:`models`.
 
 Usage::
 
     python benchmarks/memory_torch.py --quick   # a few minutes on 2 idle cores
     python benchmarks/memory_torch.py --quick --models resnet50 --threads 1
+    make bench-vision    # resnet50 and vit_b16 from torchvision and timm (.venv-vision)
     python benchmarks/memory_torch.py           # larger inputs
     python benchmarks/memory_torch.py --quick --models gpt2 --budgets --disk-bandwidth 1e12
 
@@ -54,6 +59,7 @@ Writes ``benchmarks/results/memory_torch.json``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import functools
 import json
@@ -85,19 +91,27 @@ OFFLOAD_BUDGETS = (0.1, 0.0)
 
 
 class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the storages ATen ops allocate and that are alive at once."""
+    """Peak bytes of the storages ATen ops allocate and that are alive at once.
+
+    Every allocation and release is logged, so that :meth:`peak_without` replays the step
+    leaving some storages out (the weight gradients, alive at the step's end)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.refs: dict[int, int] = {}
         self.size: dict[int, int] = {}
+        self.ident: dict[int, int] = {}           # storage address -> allocation number
+        self.events: list[tuple[int, int]] = []   # (allocation number, +bytes or -bytes)
+        self.storage: dict[int, Any] = {}         # allocation number -> its storage, weakly
         self.cur = self.peak = 0
 
     def _drop(self, key: int) -> None:
         self.refs[key] -= 1
         if self.refs[key] == 0:
             del self.refs[key]
-            self.cur -= self.size.pop(key)
+            size = self.size.pop(key)
+            self.events.append((self.ident.pop(key), -size))
+            self.cur -= size
 
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None):
         out = func(*args, **(kwargs or {}))
@@ -114,11 +128,28 @@ class LiveBytes(TorchDispatchMode):
                 if key not in self.refs:
                     self.refs[key] = 0
                     self.size[key] = s.nbytes()
+                    self.ident[key] = len(self.events)
+                    self.storage[len(self.events)] = StorageWeakRef(s)
+                    self.events.append((self.ident[key], s.nbytes()))
                     self.cur += s.nbytes()
                     self.peak = max(self.peak, self.cur)
                 self.refs[key] += 1
                 weakref.finalize(t, self._drop, key)
         return out
+
+    def peak_without(self, tensors: Any) -> int:
+        """The peak had the storages of ``tensors`` (alive now) never been allocated.
+
+        Matched by storage, not by tensor: a compiled graph's outputs (the gradients) live
+        on in autograd after the Python tensors the mode saw are gone."""
+        mine = {StorageWeakRef(t.untyped_storage()).cdata for t in tensors}
+        leave = {i for i, ref in self.storage.items() if not ref.expired() and ref.cdata in mine}
+        cur = peak = 0
+        for ident, delta in self.events:
+            if ident not in leave:
+                cur += delta
+                peak = max(peak, cur)
+        return peak
 
 
 class WithLoss(torch.nn.Module):
@@ -133,6 +164,11 @@ class WithLoss(torch.nn.Module):
 def blocks_of(name: str, model: torch.nn.Module) -> list[torch.nn.Module]:
     """The repeated blocks ``torch.utils.checkpoint`` wraps."""
     if name.startswith("attention"):
+        return list(model.blocks)
+    if hasattr(model, "layer4"):  # torchvision's ResNet: four stages of blocks
+        return [b for st in (model.layer1, model.layer2, model.layer3, model.layer4)
+                for b in st]
+    if hasattr(model, "blocks"):  # timm's VisionTransformer
         return list(model.blocks)
     inner = model.inner
     if name == "gpt2":
@@ -168,31 +204,37 @@ def measure(module: WithLoss, fn: Any, x: torch.Tensor, repeats: int,
 
     step()  # warm-up (compiles)
     module.zero_grad(set_to_none=True)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        loss = fn(x)
-    loss.backward()
-    grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
-    module.zero_grad(set_to_none=True)
     live = LiveBytes()
+    # one measured step: saved bytes (hooks) and live bytes (the dispatch mode; around the
+    # whole step for eager, inside the compiled graphs only for compiled rows)
+    with contextlib.ExitStack() as stack:
+        if be is None:
+            stack.enter_context(live)
+        else:
+            be.around = [live]
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = fn(x)
+        loss.backward()
+    if be is not None:
+        be.around = []
+    del loss
+    grads = {n: p.grad.clone() for n, p in module.named_parameters() if p.grad is not None}
+    act_peak = live.peak_without([p.grad for p in module.parameters() if p.grad is not None])
+    module.zero_grad(set_to_none=True)
     flops = 0
     if be is None:
-        with live:
-            fn(x).backward()
-        module.zero_grad(set_to_none=True)
         with FlopCounterMode(display=False) as fc:
             fn(x).backward()
         flops = fc.get_total_flops()
     else:
-        be.around = [live]
-        fn(x).backward()
-        be.around = []
         flops = sum(r.recomputed_flops for r in be.reports)
     times = []
     for _ in range(repeats):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return {"saved": sum(seen.values()), "peak": live.peak, "flops": flops,
+    return {"saved": sum(seen.values()), "peak": live.peak, "act_peak": act_peak,
+            "flops": flops,
             "time": statistics.median(times), "grads": grads}
 
 
@@ -214,8 +256,13 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
     m = WithLoss(checkpointed(name, copy.deepcopy(base)))
     rows.append({"model": name, "method": "checkpoint", "budget": None,
                  **_row(measure(m, m, x, repeats), ref)})
+    e = rows[0]
+    print(f"  {name} eager: saved {e['saved_bytes'] / 2**20:.1f} MiB, peak "
+          f"{e['peak_bytes'] / 2**20:.1f} MiB, without weight gradients "
+          f"{e['act_peak_bytes'] / 2**20:.1f} MiB, step {e['time_s']:.2f} s", flush=True)
     print(f"  {name} checkpoint: saved {rows[-1]['saved']:.2f} peak {rows[-1]['peak']:.2f} "
-          f"time {rows[-1]['time']:.2f} +flops {rows[-1]['extra_flops']:.3f}", flush=True)
+          f"act peak {rows[-1]['act_peak']:.2f} time {rows[-1]['time']:.2f} "
+          f"+flops {rows[-1]['extra_flops']:.3f}", flush=True)
     for f in budgets:
         for part in ("thrifty", "min_cut"):
             m = fresh()
@@ -240,6 +287,7 @@ def run_model(name: str, build: Any, make_input: Any, repeats: int,
                 print(f"  {name} {r['method']} {f}: FAILED: {r['error']}", flush=True)
                 continue
             print(f"  {name} {r['method']} {f}: saved {r['saved']:.2f} peak {r['peak']:.2f} "
+                  f"act peak {r['act_peak']:.2f} "
                   f"time {r['time']:.2f} +flops {r['extra_flops']:.3f} "
                   f"grads {'equal' if r['grads_equal'] else 'DIFF'}", flush=True)
     if disk:
@@ -283,7 +331,8 @@ def disk_rows(name: str, fresh: Any, x: torch.Tensor, repeats: int, time_limit: 
                 be.disk.close()
             rows.append(row)
             print(f"  {name} {method} {f}: saved {row['saved']:.3f} disk {row['disk']:.3f} "
-                  f"peak {row['peak']:.2f} time {row['time']:.2f} "
+                  f"peak {row['peak']:.2f} act peak {row['act_peak']:.2f} "
+                  f"time {row['time']:.2f} "
                   f"+flops {row['extra_flops']:.3f} "
                   f"grads {'equal' if row['grads_equal'] else 'DIFF'}", flush=True)
     return rows
@@ -292,24 +341,68 @@ def disk_rows(name: str, fresh: Any, x: torch.Tensor, repeats: int, time_limit: 
 def _row(r: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     return {"saved_bytes": r["saved"], "saved": r["saved"] / ref["saved"],
             "peak_bytes": r["peak"], "peak": r["peak"] / ref["peak"],
+            "act_peak_bytes": r["act_peak"], "act_peak": r["act_peak"] / ref["act_peak"],
             "time_s": r["time"], "time": r["time"] / ref["time"],
             "extra_flops": (r["flops"] - ref["flops"]) / ref["flops"],
             "grads_equal": all(torch.equal(r["grads"][k], g) for k, g in ref["grads"].items())
             and r["grads"].keys() == ref["grads"].keys()}
 
 
-def models(quick: bool) -> dict[str, tuple[Any, Any]]:
+#: Why torchvision/timm cannot be used (then ResNet-50 and ViT-B/16 are built from
+#: ``transformers`` configurations), or ``None``.
+VISION_MISSING = tm.vision_libraries()
+
+
+def models(quick: bool) -> dict[str, dict[str, Any]]:
+    """Per model: ``build``, ``input`` (callables), ``source`` (what builds it, and on what
+    input) and ``repeats`` (timed steps; 1 for the vision models in the quick mode, whose
+    step takes seconds).
+
+    With torchvision and timm: ``torchvision.models.resnet50()`` on 2 images of 192x192 (4
+    of 224x224 without ``--quick``) and timm's ``vit_base_patch16_224``, all 12 layers, on 1
+    image of 224x224 (197 tokens; 4 images without ``--quick``). At these sizes eager
+    ResNet-50 saves about 120 MB of activations against its 102 MB of weight gradients (at
+    2x64x64: 15 MB), so the budgets move the step's peak; ViT-B/16 saves 112 MB per image
+    against 346 MB of weight gradients (its activations per token are small: they pass the
+    gradients only from 3 images, 300 GFLOP a step), so its ``peak`` stays the gradients'
+    and ``act peak`` (the peak without the weight gradients) shows what the budgets do.
+    Without them: the ``transformers`` builds (:data:`VISION_MISSING` says why) at the
+    earlier sizes (2 images of 64x64; ViT with 4 of its 12 layers in the quick mode)."""
     s = 1 if quick else 2
-    return {
-        "attention6": (lambda: tm.AttentionNet(dim=64, heads=4, blocks=6, vocab=256),
-                       lambda: torch.randint(0, 256, (4 * s, 128))),
-        "gpt2": (lambda: tm.gpt2(layers=4, dim=128, heads=4, vocab=1024, positions=512),
-                 lambda: torch.randint(0, 1024, (s, 512))),
-        "resnet50": (lambda: tm.resnet50(), lambda: torch.randn(2, 3, 64 * s, 64 * s)),
-        "vit_b16": (lambda: tm.vit(layers=12 if s > 1 else 4, dim=768, heads=12, image=64 * s,
-                                   patch=16),
-                    lambda: torch.randn(2, 3, 64 * s, 64 * s)),
+    rep = 2 if quick else 5
+    out: dict[str, dict[str, Any]] = {
+        "attention6": {"build": lambda: tm.AttentionNet(dim=64, heads=4, blocks=6, vocab=256),
+                       "input": lambda: torch.randint(0, 256, (4 * s, 128)),
+                       "source": f"examples AttentionNet, {4 * s}x128 tokens"},
+        "gpt2": {"build": lambda: tm.gpt2(layers=4, dim=128, heads=4, vocab=1024,
+                                          positions=512),
+                 "input": lambda: torch.randint(0, 1024, (s, 512)),
+                 "source": f"transformers GPT2Config 4x128, {s}x512 tokens"},
     }
+    if VISION_MISSING is None:
+        n_res, side, n_vit = (2, 192, 1) if quick else (4, 224, 4)
+        out["resnet50"] = {"build": lambda: tm.torchvision_resnet("resnet50"),
+                           "input": lambda: torch.randn(n_res, 3, side, side),
+                           "source": f"torchvision resnet50, {n_res}x3x{side}x{side}",
+                           "repeats": 1 if quick else rep}
+        out["vit_b16"] = {"build": lambda: tm.timm_vit("vit_base_patch16_224"),
+                          "input": lambda: torch.randn(n_vit, 3, 224, 224),
+                          "source": f"timm vit_base_patch16_224 (12 layers), {n_vit}x3x224x224",
+                          "repeats": 1 if quick else rep}
+    else:
+        layers = 12 if s > 1 else 4
+        out["resnet50"] = {"build": lambda: tm.resnet50(),
+                           "input": lambda: torch.randn(2, 3, 64 * s, 64 * s),
+                           "source": "FALLBACK transformers ResNetConfig (torchvision's "
+                                     f"layout), 2x3x{64 * s}x{64 * s}"}
+        out["vit_b16"] = {"build": lambda: tm.vit(layers=layers, dim=768, heads=12,
+                                                  image=64 * s, patch=16),
+                          "input": lambda: torch.randn(2, 3, 64 * s, 64 * s),
+                          "source": f"FALLBACK transformers ViTConfig ({layers} of 12 "
+                                    f"layers), 2x3x{64 * s}x{64 * s}"}
+    for spec in out.values():
+        spec.setdefault("repeats", rep)
+    return out
 
 
 def main() -> None:
@@ -334,15 +427,22 @@ def main() -> None:
     torch.set_num_threads(a.threads)
     disk = None if a.no_disk else {"bandwidth": a.disk_bandwidth}
     rows: list[dict[str, Any]] = []
-    for name, (build, inp) in models(a.quick).items():
+    specs = models(a.quick)
+    for name, spec in specs.items():
         if a.models and name not in a.models:
             continue
-        print(f"{name} ...", flush=True)
-        rows += run_model(name, build, inp, repeats=2 if a.quick else 5,
+        print(f"{name} ({spec['source']}) ...", flush=True)
+        rows += run_model(name, spec["build"], spec["input"], repeats=spec["repeats"],
                           time_limit=1.0 if a.quick else 5.0, disk=disk,
                           budgets=a.budgets)
-    table = Table(title="Training within an activation budget (CPU; ratios to eager)")
-    for c in ("model", "method", "budget", "saved", "disk", "peak", "time", "+flops", "grads"):
+    caption = "; ".join(f"{n}: {sp['source']}" for n, sp in specs.items()
+                        if not a.models or n in a.models)
+    if VISION_MISSING is not None:
+        caption += f" ({VISION_MISSING})"
+    table = Table(title="Training within an activation budget (CPU; ratios to eager)",
+                  caption=caption)
+    for c in ("model", "method", "budget", "saved", "disk", "peak", "act peak", "time",
+              "+flops", "grads"):
         table.add_column(c, justify="left" if c in ("model", "method") else "right")
     for r in rows:
         if "error" in r:
@@ -352,13 +452,15 @@ def main() -> None:
         table.add_row(r["model"], r["method"] + (" (fallback)" if r.get("fallback") else ""),
                       "-" if r["budget"] is None else f"{r['budget']:.1f}",
                       f"{r['saved']:.2f}", f"{r.get('disk', 0.0):.2f}", f"{r['peak']:.2f}",
-                      f"{r['time']:.2f}",
-                      f"{r['extra_flops']:.2f}", "equal" if r["grads_equal"] else "DIFF")
-    Console().print(table)
+                      f"{r['act_peak']:.2f}", f"{r['time']:.2f}", f"{r['extra_flops']:.2f}",
+                      "equal" if r["grads_equal"] else "DIFF")
+    Console(width=max(120, Console().width)).print(table)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     meta = {"torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "threads": torch.get_num_threads(),
-            "quick": a.quick}
+            "quick": a.quick, "vision_missing": VISION_MISSING,
+            "models": {n: sp["source"] for n, sp in specs.items()
+                       if not a.models or n in a.models}}
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
     print(f"wrote {a.out}")
 

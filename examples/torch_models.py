@@ -160,6 +160,36 @@ def vit(layers: int = 2, dim: int = 64, heads: int = 4, image: int = 32, patch: 
     return Logits(ViTForImageClassification(cfg))
 
 
+def torchvision_resnet(name: str = "resnet50", classes: int = 1000) -> nn.Module:
+    """A ResNet of ``torchvision.models`` by name (random weights: ``weights=None``).
+    Raises ``ImportError`` where torchvision does not import with the installed PyTorch."""
+    import torchvision
+
+    return getattr(torchvision.models, name)(weights=None, num_classes=classes)
+
+
+def timm_vit(name: str = "vit_base_patch16_224", image: int = 224, **kw: Any) -> nn.Module:
+    """A ViT of ``timm`` by name (random weights: ``pretrained=False``, no download; dropout
+    and drop-path off, as in timm's defaults). Raises ``ImportError`` where timm (or the
+    torchvision it imports) does not import with the installed PyTorch."""
+    import timm
+
+    return timm.create_model(name, pretrained=False, img_size=image, **kw)
+
+
+def vision_libraries() -> str | None:
+    """Why torchvision and timm cannot be used here, or ``None`` where both import."""
+    import importlib
+
+    try:
+        for lib in ("torchvision", "timm"):  # timm imports torchvision
+            importlib.import_module(lib)
+    except Exception as e:  # an ImportError, or a RuntimeError from a mismatched build
+        return f"torchvision/timm do not import with torch {torch.__version__}: " \
+               f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
+    return None
+
+
 def build(name: str, seed: int = 0, **kw: Any) -> tuple[nn.Module, torch.Tensor]:
     """A model and an example input, by name (the keys of :data:`MODELS`)."""
     make, inp = MODELS[name]
