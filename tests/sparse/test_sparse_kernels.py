@@ -213,16 +213,42 @@ def test_buffer_pool_reuses_only_dropped_arrays():
     pool = K.BufferPool((512, 1024), "float64", keep=2)
     a, b = pool.empty(), pool.empty()
     assert a is not b and a.shape == (512, 1024) and a.dtype == np.float64
-    view = a[3:5]  # a view holds its base: a is still in use
+    assert not np.shares_memory(a, b)
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0  # streaming stores' need
+    view = a[3:5]  # a view holds a's memory: a is still in use
     held = [b]
     del a, b
     c = pool.empty()
-    assert c is not view.base and c is not held[0]
+    assert not np.shares_memory(c, view) and not np.shares_memory(c, held[0])
     del view
     d = pool.empty()  # the first array, dropped with its last view
-    assert d is not c and d is not held[0]
+    assert not np.shares_memory(d, c) and not np.shares_memory(d, held[0])
+    flat = d.reshape(-1)[10:]  # a view of a view: still holds d's memory
+    del d
+    e = pool.empty()
+    assert not np.shares_memory(e, flat) and not np.shares_memory(e, c)
     small = K.BufferPool((4,), "float32")
     assert small.empty() is not small.empty()  # below min_bytes: never pooled
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "complex128"])
+@pytest.mark.parametrize("k", [4, 8, 16, 24, 64, 128, 256])
+def test_spmm_streaming_stores_give_the_dense_product(dtype, k):
+    from thrifty.sparse.outputs import aligned_empty
+
+    A = _matrix(300, 200, 0.05, "int64", k).astype(dtype)  # small integers: exact
+    X = np.random.default_rng(k).integers(-3, 4, (200, k)).astype(dtype)
+    ref = A.toarray() @ X
+    for r0, r1 in [(0, 300), (7, 91), (299, 300)]:
+        out = aligned_empty((r1 - r0, k), dtype)
+        out[...] = 77
+        K.spmm_rows(A.indptr, A.indices, A.data, X, out, r0, r1, stream=True)
+        np.testing.assert_array_equal(out, ref[r0:r1])
+        odd = np.full((r1 - r0 + 1) * k + 1, 77, dtype)[1:1 + (r1 - r0) * k]  # unaligned
+        K.spmm_rows(A.indptr, A.indices, A.data, X, odd.reshape(-1, k), r0, r1, stream=True)
+        np.testing.assert_array_equal(odd.reshape(-1, k), ref[r0:r1])
+    aligned = aligned_empty((300, k), dtype)
+    assert K._streams(aligned, k) == (k in (8, 16, 64, 128, 256) and dtype != "complex128")
 
 
 def test_buffer_pool_survives_pickling_empty():

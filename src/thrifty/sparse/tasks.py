@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
+from thrifty.sparse.outputs import STREAM_MIN_BYTES
 
 #: Value dtypes the compiled kernels are built for.
 NUMBA_DTYPES = frozenset({"float32", "float64", "complex64", "complex128", "int32", "int64"})
@@ -59,7 +60,10 @@ class Seg:
 
 
 class SpmmPanel:
-    """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output."""
+    """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output: by
+    streaming stores when the output is at least :data:`~thrifty.sparse.outputs.
+    STREAM_MIN_BYTES` and no post-op reads the panel right after (its rows would then come
+    back from memory instead of the cache)."""
 
     def __init__(self, r0: int, r1: int, segs: Sequence[Seg], dtype: str,
                  post: Callable[[np.ndarray], np.ndarray] | None) -> None:
@@ -68,10 +72,11 @@ class SpmmPanel:
     def __call__(self, out: np.ndarray, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
         X = _contig(X, self.dtype)
         data = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
+        stream = self.post is None and out.nbytes >= STREAM_MIN_BYTES
         for s in self.segs:
             o = out[s.r0:s.r1]
             if s.form == "csr":
-                K.spmm_rows(A.indptr, A.indices, data, X, o, s.r0, s.r1)
+                K.spmm_rows(A.indptr, A.indices, data, X, o, s.r0, s.r1, stream)
             else:
                 p0, p1 = A.indptr[s.r0], A.indptr[s.r1]
                 K.panel_gemm(s.flat_pos, data[p0:p1], (s.r1 - s.r0, len(s.cols)),  # type: ignore[arg-type]
