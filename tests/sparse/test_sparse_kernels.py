@@ -286,3 +286,40 @@ def test_plan_outputs_in_recycled_buffers_are_right_and_never_shared(dtype):
         ys = p2(A=Asq, x=ys)
         ref = Asq @ ref
         np.testing.assert_allclose(ys, ref, rtol=1e-3 if dtype == "float32" else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_plan_streaming_its_output_equals_the_dense_product(dtype, monkeypatch):
+    # k = 16 and an output of 4.5-18 MB: the plan's panels write it by streaming stores
+    # into a pooled aligned buffer (complex: ordinary stores); a held output is never
+    # written
+    import thrifty as th
+    from thrifty.sparse.outputs import STREAM_MIN_BYTES
+    from thrifty.sparse.tasks import STREAM_MAX_K
+
+    n = 70_000
+    A = _matrix(n, 3_000, 0.002, "int64", 5).astype(dtype)  # small integers: exact
+    Xs = [np.random.default_rng(s).integers(-3, 4, (3_000, 16)).astype(dtype)
+          for s in range(3)]
+    assert n * 16 * np.dtype(dtype).itemsize >= STREAM_MIN_BYTES and 16 <= STREAM_MAX_K
+    streamed = []
+    spmm_rows = K.spmm_rows
+
+    def watched(indptr, indices, data, X, out, r0, r1, stream=False):
+        streamed.append(stream and K._streams(out, X.shape[1]))
+        spmm_rows(indptr, indices, data, X, out, r0, r1, stream)
+
+    monkeypatch.setattr(K, "spmm_rows", watched)
+    plan = th.program(lambda A, X: A @ X).specialize(A=A, X=Xs[0])
+    kept = plan(A=A, X=Xs[0])
+    first = kept.copy()
+    np.testing.assert_array_equal(first, A.toarray() @ Xs[0])
+    for X in Xs[1:]:
+        for _ in range(2):
+            got = plan(A=A, X=X)
+            assert got.dtype == np.dtype(dtype) and got.shape == (n, 16)
+            np.testing.assert_array_equal(got, A.toarray() @ X)
+            assert not np.shares_memory(got, kept)
+    np.testing.assert_array_equal(kept, first)
+    assert streamed and all(streamed) == (dtype != "complex128") and \
+        any(streamed) == (dtype != "complex128")

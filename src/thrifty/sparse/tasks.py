@@ -50,6 +50,12 @@ def assemble_dense(*parts: np.ndarray) -> np.ndarray:
 
 
 
+#: The widest ``X`` whose product a plan writes by streaming stores: measured faster at
+#: k = 16 (one thread, minimum wall time: 2-31 % on the stencils); at k = 64 the
+#: measurements disagreed in sign, within their noise (see the README).
+STREAM_MAX_K = 32
+
+
 @dataclass(frozen=True, slots=True)
 class Seg:
     r0: int
@@ -61,9 +67,9 @@ class Seg:
 
 class SpmmPanel:
     """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output: by
-    streaming stores when the output is at least :data:`~thrifty.sparse.outputs.
-    STREAM_MIN_BYTES` and no post-op reads the panel right after (its rows would then come
-    back from memory instead of the cache)."""
+    streaming stores when ``X`` has at most :data:`STREAM_MAX_K` columns, the output is at
+    least :data:`~thrifty.sparse.outputs.STREAM_MIN_BYTES` and no post-op reads the panel
+    right after (its rows would then come back from memory instead of the cache)."""
 
     def __init__(self, r0: int, r1: int, segs: Sequence[Seg], dtype: str,
                  post: Callable[[np.ndarray], np.ndarray] | None) -> None:
@@ -72,7 +78,8 @@ class SpmmPanel:
     def __call__(self, out: np.ndarray, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
         X = _contig(X, self.dtype)
         data = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
-        stream = self.post is None and out.nbytes >= STREAM_MIN_BYTES
+        stream = self.post is None and X.shape[1] <= STREAM_MAX_K and \
+            out.nbytes >= STREAM_MIN_BYTES
         for s in self.segs:
             o = out[s.r0:s.r1]
             if s.form == "csr":
