@@ -6,7 +6,8 @@ writes (write-allocate) and leaves the output in the cache, evicting the operand
 reads. Non-temporal stores of whole aligned vectors go to memory through write-combining
 buffers: no read, and one pass over the output's bytes instead of two. For CSR SpMM with
 16 columns on a 5-point stencil (90,000 rows, 448,800 nonzeros) the output is 40% of the
-bytes the product moves with ordinary stores and 29% with streaming ones. numba has no
+bytes the product must move, and write-allocate reads as many again (1.4x the bytes in
+all). numba has no
 such store; :func:`stream_store8` is an LLVM store with ``!nontemporal`` metadata, of 8
 values at an address aligned to their size (64 bytes for float64): the caller guarantees
 the alignment (:func:`aligned_empty`, :class:`BufferPool`). :func:`store_fence` orders

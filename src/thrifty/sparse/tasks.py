@@ -50,9 +50,9 @@ def assemble_dense(*parts: np.ndarray) -> np.ndarray:
 
 
 
-#: The widest ``X`` whose product a plan writes by streaming stores: measured faster at
-#: k = 16 (one thread, minimum wall time: 2-31 % on the stencils); at k = 64 the
-#: measurements disagreed in sign, within their noise (see the README).
+#: The widest ``X`` whose product a plan writes by streaming stores: faster at k = 16
+#: (one thread, minimum wall time, on the stencils); at k = 64 slower on the stencils and
+#: faster on the random instances, within loaded runs' noise (see the README).
 STREAM_MAX_K = 32
 
 
