@@ -323,3 +323,7 @@ def test_plan_streaming_its_output_equals_the_dense_product(dtype, monkeypatch):
     np.testing.assert_array_equal(kept, first)
     assert streamed and all(streamed) == (dtype != "complex128") and \
         any(streamed) == (dtype != "complex128")
+    # the panels are joined without a copy: the result is a view of a pooled buffer's
+    # aligned bytes (a concatenated copy would own its data)
+    got = plan(A=A, X=Xs[1])
+    assert got.base is not None and got.base.dtype == np.uint8 and got.ctypes.data % 64 == 0

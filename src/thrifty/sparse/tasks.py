@@ -33,21 +33,26 @@ def _contig(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def assemble_dense(*parts: np.ndarray) -> np.ndarray:
-    """The panels' rows as one array: their common base when they tile it, else a copy."""
+    """The panels' rows as one array: their common base when they tile it, a view of it
+    when they tile a run of a pooled buffer (:func:`~thrifty.sparse.outputs.aligned_empty`:
+    the base is its raw bytes), else a copy."""
     base = parts[0].base
-    if base is not None and all(p.base is base for p in parts) and \
-            sum(p.shape[0] for p in parts) == base.shape[0]:
-        ptr = base.__array_interface__["data"][0]
+    if base is not None and all(p.base is base for p in parts):
+        start = ptr = parts[0].__array_interface__["data"][0]
         ok = True
         for p in parts:
-            if p.__array_interface__["data"][0] != ptr:
+            if p.__array_interface__["data"][0] != ptr or not p.flags.c_contiguous:
                 ok = False
                 break
             ptr += p.nbytes
-        if ok:
+        rows = sum(p.shape[0] for p in parts)
+        if ok and base.dtype == parts[0].dtype and rows == base.shape[0]:
             return base
+        if ok and base.dtype == np.uint8 and base.ndim == 1:
+            off = start - base.__array_interface__["data"][0]
+            return np.ndarray((rows, *parts[0].shape[1:]), dtype=parts[0].dtype,
+                              buffer=base, offset=off)
     return np.concatenate(parts, axis=0)
-
 
 
 #: The widest ``X`` whose product a plan writes by streaming stores: faster at k = 16
