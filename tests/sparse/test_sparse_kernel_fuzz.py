@@ -83,6 +83,29 @@ def test_spmm_kernel_equals_the_dense_product(case, k):
     np.testing.assert_array_equal(out, _dense_product(A, X))
 
 
+@SETTINGS
+@given(csr_parts(), st.sampled_from([8, 16, 32, 64, 128, 256]), st.data())
+def test_spmm_streaming_kernel_equals_the_dense_product(case, k, data):
+    # the kernel that writes rows by non-temporal vector stores, on a panel of rows of an
+    # aligned output (the plan's pooled buffers) and, falling back, on an unaligned one
+    from thrifty.sparse.outputs import aligned_empty
+
+    A, dtype = case
+    n, m = A.shape
+    X = np.random.default_rng(k).integers(-3, 4, (m, k)).astype(dtype)
+    ref = _dense_product(A, X)
+    r0 = data.draw(st.integers(0, n))
+    r1 = data.draw(st.integers(r0, n))
+    whole = aligned_empty((n, k), dtype)
+    whole[...] = 77
+    K.spmm_rows(A.indptr, A.indices, A.data, X, whole[r0:r1], r0, r1, stream=True)
+    np.testing.assert_array_equal(whole[r0:r1], ref[r0:r1])
+    assert (whole[:r0] == 77).all() and (whole[r1:] == 77).all()
+    shifted = np.full(n * k + 1, 77, dtype=dtype)[1:].reshape(n, k)
+    K.spmm_rows(A.indptr, A.indices, A.data, X, shifted[r0:r1], r0, r1, stream=True)
+    np.testing.assert_array_equal(shifted[r0:r1], ref[r0:r1])
+
+
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(csr_parts(canonical=True), st.sampled_from([1, 3, 16, 64, 257]))
 def test_plans_equal_the_dense_product_in_values_and_structure(case, k):

@@ -213,16 +213,42 @@ def test_buffer_pool_reuses_only_dropped_arrays():
     pool = K.BufferPool((512, 1024), "float64", keep=2)
     a, b = pool.empty(), pool.empty()
     assert a is not b and a.shape == (512, 1024) and a.dtype == np.float64
-    view = a[3:5]  # a view holds its base: a is still in use
+    assert not np.shares_memory(a, b)
+    assert a.ctypes.data % 64 == 0 and b.ctypes.data % 64 == 0  # streaming stores' need
+    view = a[3:5]  # a view holds a's memory: a is still in use
     held = [b]
     del a, b
     c = pool.empty()
-    assert c is not view.base and c is not held[0]
+    assert not np.shares_memory(c, view) and not np.shares_memory(c, held[0])
     del view
     d = pool.empty()  # the first array, dropped with its last view
-    assert d is not c and d is not held[0]
+    assert not np.shares_memory(d, c) and not np.shares_memory(d, held[0])
+    flat = d.reshape(-1)[10:]  # a view of a view: still holds d's memory
+    del d
+    e = pool.empty()
+    assert not np.shares_memory(e, flat) and not np.shares_memory(e, c)
     small = K.BufferPool((4,), "float32")
     assert small.empty() is not small.empty()  # below min_bytes: never pooled
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "int64", "int32", "complex128"])
+@pytest.mark.parametrize("k", [4, 8, 16, 24, 64, 128, 256])
+def test_spmm_streaming_stores_give_the_dense_product(dtype, k):
+    from thrifty.sparse.outputs import aligned_empty
+
+    A = _matrix(300, 200, 0.05, "int64", k).astype(dtype)  # small integers: exact
+    X = np.random.default_rng(k).integers(-3, 4, (200, k)).astype(dtype)
+    ref = A.toarray() @ X
+    for r0, r1 in [(0, 300), (7, 91), (299, 300)]:
+        out = aligned_empty((r1 - r0, k), dtype)
+        out[...] = 77
+        K.spmm_rows(A.indptr, A.indices, A.data, X, out, r0, r1, stream=True)
+        np.testing.assert_array_equal(out, ref[r0:r1])
+        odd = np.full((r1 - r0 + 1) * k + 1, 77, dtype)[1:1 + (r1 - r0) * k]  # unaligned
+        K.spmm_rows(A.indptr, A.indices, A.data, X, odd.reshape(-1, k), r0, r1, stream=True)
+        np.testing.assert_array_equal(odd.reshape(-1, k), ref[r0:r1])
+    aligned = aligned_empty((300, k), dtype)
+    assert K._streams(aligned, k) == (k in (8, 16, 64, 128, 256) and dtype != "complex128")
 
 
 def test_buffer_pool_survives_pickling_empty():
@@ -260,3 +286,44 @@ def test_plan_outputs_in_recycled_buffers_are_right_and_never_shared(dtype):
         ys = p2(A=Asq, x=ys)
         ref = Asq @ ref
         np.testing.assert_allclose(ys, ref, rtol=1e-3 if dtype == "float32" else 1e-10)
+
+
+@pytest.mark.parametrize("dtype", ["float64", "float32", "complex128"])
+def test_plan_streaming_its_output_equals_the_dense_product(dtype, monkeypatch):
+    # k = 16 and an output of 4.5-18 MB: the plan's panels write it by streaming stores
+    # into a pooled aligned buffer (complex: ordinary stores); a held output is never
+    # written
+    import thrifty as th
+    from thrifty.sparse.outputs import STREAM_MIN_BYTES
+    from thrifty.sparse.tasks import STREAM_MAX_K
+
+    n = 70_000
+    A = _matrix(n, 3_000, 0.002, "int64", 5).astype(dtype)  # small integers: exact
+    Xs = [np.random.default_rng(s).integers(-3, 4, (3_000, 16)).astype(dtype)
+          for s in range(3)]
+    assert n * 16 * np.dtype(dtype).itemsize >= STREAM_MIN_BYTES and 16 <= STREAM_MAX_K
+    streamed = []
+    spmm_rows = K.spmm_rows
+
+    def watched(indptr, indices, data, X, out, r0, r1, stream=False):
+        streamed.append(stream and K._streams(out, X.shape[1]))
+        spmm_rows(indptr, indices, data, X, out, r0, r1, stream)
+
+    monkeypatch.setattr(K, "spmm_rows", watched)
+    plan = th.program(lambda A, X: A @ X).specialize(A=A, X=Xs[0])
+    kept = plan(A=A, X=Xs[0])
+    first = kept.copy()
+    np.testing.assert_array_equal(first, A.toarray() @ Xs[0])
+    for X in Xs[1:]:
+        for _ in range(2):
+            got = plan(A=A, X=X)
+            assert got.dtype == np.dtype(dtype) and got.shape == (n, 16)
+            np.testing.assert_array_equal(got, A.toarray() @ X)
+            assert not np.shares_memory(got, kept)
+    np.testing.assert_array_equal(kept, first)
+    assert streamed and all(streamed) == (dtype != "complex128") and \
+        any(streamed) == (dtype != "complex128")
+    # the panels are joined without a copy: the result is a view of a pooled buffer's
+    # aligned bytes (a concatenated copy would own its data)
+    got = plan(A=A, X=Xs[1])
+    assert got.base is not None and got.base.dtype == np.uint8 and got.ctypes.data % 64 == 0

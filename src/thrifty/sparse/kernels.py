@@ -29,7 +29,6 @@ True
 
 from __future__ import annotations
 
-import sys
 import threading
 from typing import Any
 
@@ -40,6 +39,14 @@ from numba.core import config as _config
 from numba.core.compiler_lock import global_compiler_lock
 
 from thrifty.errors import PatternError
+from thrifty.sparse.outputs import (
+    POOL_MIN_BYTES,
+    STREAM_DTYPES,
+    BufferPool,
+    is_aligned,
+    store_fence,
+    stream_store8,
+)
 from thrifty.sparse.spmv_kernels import (  # noqa: F401 - re-exported
     SPMV_GATHER_MIN_ROW,
     SPMV_GATHER_SPAN_BYTES,
@@ -53,10 +60,6 @@ __all__ = [
     "panel_gemm", "csr_from_parts", "same_values", "BufferPool", "check_indices",
     "indices_ok", "POOL_MIN_BYTES", "spmv_checked", "spmv_kernel", "raise_bad_row",
 ]
-
-#: Outputs of at least this many bytes are recycled (:class:`BufferPool`): below it malloc
-#: reuses freed memory anyway.
-POOL_MIN_BYTES = 1 << 22
 
 _jit = numba.njit(nogil=True, cache=True, fastmath=False)
 
@@ -118,7 +121,10 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
 # that was the loop's bottleneck at k <= 64). Above 64 columns the row is done in tiles of
 # 64 (eight 512-bit registers of float64), each tile walking the row's nonzeros again. The
 # sum is in CSR order, as scipy's kernel sums (no pairs, no reassociation). The column
-# check is inline: one predictable branch per nonzero, before its row of X is read.
+# check is inline: one predictable branch per nonzero, before its row of X is read; the
+# nonzeros are walked with unsigned positions and the checked column read as unsigned, so
+# that no load pays numba's negative-index wraparound (9-12% less CPU time at k = 16 on
+# the stencils, one thread).
 # LLVM's SLP vectorizer packs the row's variables into vector registers; numba runs it
 # only when ``NUMBA_SLP_VECTORIZE`` is set, so these kernels are compiled with it set (see
 # :func:`_compile_vectorised`). One thread against scipy's ``csr_matvecs`` (2-core AMD
@@ -126,12 +132,16 @@ def _spmm(indptr, indices, data, X, out, r0, r1):  # pragma: no cover - compiled
 # in-memory kernel with nonzeros in pairs that this replaces: 0.66-1.28x); at k = 64 and
 # 256, where X and the output stream from memory, 0.9-3.6x against 0.4-3.6x, within
 # the run's noise. Compiled on first use of a width (numba cannot cache generated code).
+# The streaming form writes each finished row (tile) by non-temporal stores of 8 values
+# (thrifty.sparse.outputs): for an output that does not stay in cache, no read of each
+# line before it is written (see spmm_rows).
 _FIXED_WIDTHS = frozenset({4, 8, 16, 32, 64, 128, 256})
 _TILE = 64
 
 
-def _fixed_source(k: int) -> str:
-    """The source of the SpMM kernel for ``k`` columns (see above)."""
+def _fixed_source(k: int, stream: bool = False) -> str:
+    """The source of the SpMM kernel for ``k`` columns (see above); ``stream``: the row
+    written by :func:`~thrifty.sparse.outputs.stream_store8` (``k`` a multiple of 8)."""
     t = min(k, _TILE)
     ind = " " * (12 if k > t else 8)
     head = """def spmm_fixed(indptr, indices, data, X, out, r0, r1):
@@ -149,33 +159,49 @@ def _fixed_source(k: int) -> str:
         o = out[i - r0]
 """ + (f"        for b in range(0, {k}, {t}):\n" if k > t else "        b = 0\n")
     acc = [f"{ind}s{c} = zero" for c in range(t)]
-    loop = [f"{ind}for p in range(p0, hi):", f"{ind}    j = indices[p]",
+    loop = [f"{ind}for p in range(np.uint64(p0), np.uint64(hi)):", f"{ind}    j = indices[p]",
             f"{ind}    if np.uint64(j) >= n_cols:", f"{ind}        return i",
-            f"{ind}    a = data[p]", f"{ind}    x = X[j]"]
+            f"{ind}    a = data[p]", f"{ind}    x = X[np.uint64(j)]"]
     loop += [f"{ind}    s{c} += a * x[b + {c}]" for c in range(t)]
-    store = [f"{ind}o[b + {c}] = s{c}" for c in range(t)]
-    return head + "\n".join(acc + loop + store) + "\n    return -1\n"
+    if stream:
+        store = [f"{ind}stream_store8(o, b + {c}, " + ", ".join(f"s{c + q}" for q in range(8))
+                 + ")" for c in range(0, t, 8)]
+        end = "    store_fence()\n    return -1\n"
+    else:
+        store = [f"{ind}o[b + {c}] = s{c}" for c in range(t)]
+        end = "    return -1\n"
+    return head + "\n".join(acc + loop + store) + "\n" + end
 
 
-_FIXED: dict[int, Any] = {}
+_FIXED: dict[tuple[int, bool], Any] = {}
 _NUMBA_CONFIG: Any = _config  # its settings are read at import from the environment
 _FIXED_LOCK = threading.Lock()
 
 
-def _spmm_kernel(k: int) -> Any:
-    """The SpMM kernel for ``k`` columns: a fixed-width one for common widths."""
+def _spmm_kernel(k: int, stream: bool = False) -> Any:
+    """The SpMM kernel for ``k`` columns: a fixed-width one for common widths, writing by
+    streaming stores if ``stream`` (then ``k`` must be a multiple of 8)."""
     if k not in _FIXED_WIDTHS:
         return _spmm
-    fn = _FIXED.get(k)
+    fn = _FIXED.get((k, stream))
     if fn is None:
         with _FIXED_LOCK:
-            fn = _FIXED.get(k)
+            fn = _FIXED.get((k, stream))
             if fn is None:
-                ns: dict[str, Any] = {"np": np}
-                exec(compile(_fixed_source(k), f"<thrifty spmm k={k}>", "exec"), ns)
+                ns: dict[str, Any] = {"np": np, "stream_store8": stream_store8,
+                                      "store_fence": store_fence}
+                exec(compile(_fixed_source(k, stream), f"<thrifty spmm k={k}>", "exec"), ns)
                 disp = numba.njit(nogil=True, fastmath=False)(ns["spmm_fixed"])
-                fn = _FIXED[k] = lambda *args: _call_vectorised(disp, *args)
+                fn = _FIXED[k, stream] = lambda *args: _call_vectorised(disp, *args)
     return fn
+
+
+def _streams(out: np.ndarray, k: int) -> bool:
+    """Whether the streaming SpMM kernel may write ``out``: a fixed width that is a
+    multiple of 8, a dtype it stores, C-contiguous rows starting on a 64-byte boundary
+    (8 values of 4 bytes need 32: every row of a multiple of 8 of them is aligned)."""
+    return k in _FIXED_WIDTHS and k % 8 == 0 and out.dtype.name in STREAM_DTYPES and \
+        out.flags.c_contiguous and is_aligned(out)
 
 
 def _compile_vectorised(fn: Any, args: tuple[Any, ...]) -> None:
@@ -334,11 +360,14 @@ def _masked_softmax(indptr, values, maskvals, out, r0, r1):  # pragma: no cover 
 
 
 def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.ndarray,
-              out: np.ndarray, r0: int, r1: int) -> None:
+              out: np.ndarray, r0: int, r1: int, stream: bool = False) -> None:
     """``out[:] = A[r0:r1] @ X`` for a CSR matrix ``A`` and a dense 2-D ``X``.
 
     ``out`` has ``r1 - r0`` rows. Raises :class:`~thrifty.errors.PatternError` when a row's
     index pointers or column indices lie outside the arrays (checked in the same pass).
+    ``stream``: write ``out`` by non-temporal stores where its width, dtype and alignment
+    allow (:mod:`thrifty.sparse.outputs`), for an output too large to stay in cache that
+    nothing reads right after: the same values, no read of ``out`` before it is written.
     Example: see the module docstring.
     """
     k = X.shape[1]
@@ -348,7 +377,8 @@ def spmm_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, X: np.n
     if r0 == r1:  # no rows: the kernel reads nothing, but a bad pointer is still refused
         check_indices(indptr, indices, X.shape[0], r0, r1)
         return
-    _raise_bad_row(_spmm_kernel(k)(indptr, indices, data, X, out, r0, r1), X.shape[0])
+    kern = _spmm_kernel(k, True) if stream and _streams(out, k) else _spmm_kernel(k)
+    _raise_bad_row(kern(indptr, indices, data, X, out, r0, r1), X.shape[0])
 
 
 def spmv_rows(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
@@ -515,64 +545,3 @@ def csr_from_parts(data: np.ndarray, indices: np.ndarray, indptr: np.ndarray,
     A.has_sorted_indices = True
     A.has_canonical_format = True
     return A
-
-
-def _refs_when_unheld() -> int:
-    """``sys.getrefcount`` of a list element held by nothing else, seen from the loop in
-    :meth:`BufferPool.empty` (the list, the loop variable, the call's argument)."""
-    held = [np.empty(1)]
-    for b in held:
-        return sys.getrefcount(b)
-    return 0  # pragma: no cover - the list is not empty
-
-
-class BufferPool:
-    """Output arrays of one shape and dtype, handed out again once every holder has dropped
-    them.
-
-    A large array that numpy frees is unmapped; the next one is mapped afresh, and the
-    kernel that writes it first pays a page fault and the zeroing of each page (on the
-    2-core development machine, writing a fresh 134 MB array took 3.5x as long as writing
-    a warm one, and that difference was a third of an SpMM's time). A plan that runs again
-    writes into an output of its previous run when the caller no longer holds it (nor any
-    view of it: a view holds its base), so the pages stay mapped. The pool keeps at most
-    ``keep`` arrays (2: ``y = plan(A=A, x=y)`` alternates between two), only of
-    ``min_bytes`` or more (smaller ones are reused by malloc anyway); it holds them
-    between runs, so a plan keeps up to ``keep`` outputs' memory.
-
-    Example
-    -------
-    >>> pool = BufferPool((1024, 1024), "float64")
-    >>> a = pool.empty(); b = pool.empty(); a is b
-    False
-    >>> a_id = id(a); del a
-    >>> id(pool.empty()) == a_id
-    True
-    """
-
-    _UNHELD = _refs_when_unheld()
-
-    def __init__(self, shape: tuple[int, ...], dtype: Any, keep: int = 2,
-                 min_bytes: int = POOL_MIN_BYTES) -> None:
-        self.shape, self.dtype, self.keep, self.min_bytes = shape, np.dtype(dtype), keep, \
-            min_bytes
-        self._bufs: list[np.ndarray] = []
-        self._lock = threading.Lock()
-        self._pooled = keep > 0 and \
-            int(np.prod(shape, dtype=np.int64)) * self.dtype.itemsize >= min_bytes
-
-    def empty(self) -> np.ndarray:
-        """An uninitialised array: a dropped one of this pool's, else a new one."""
-        if not self._pooled:
-            return np.empty(self.shape, dtype=self.dtype)
-        with self._lock:
-            for b in self._bufs:
-                if sys.getrefcount(b) == self._UNHELD:
-                    return b
-            b = np.empty(self.shape, dtype=self.dtype)
-            if len(self._bufs) < self.keep:
-                self._bufs.append(b)
-            return b
-
-    def __reduce__(self) -> tuple[Any, ...]:  # a task sent to a worker: the pool, empty
-        return (BufferPool, (self.shape, self.dtype, self.keep, self.min_bytes))

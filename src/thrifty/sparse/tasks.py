@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
+from thrifty.sparse.outputs import STREAM_MIN_BYTES
 
 #: Value dtypes the compiled kernels are built for.
 NUMBA_DTYPES = frozenset({"float32", "float64", "complex64", "complex128", "int32", "int64"})
@@ -32,21 +33,32 @@ def _contig(x: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def assemble_dense(*parts: np.ndarray) -> np.ndarray:
-    """The panels' rows as one array: their common base when they tile it, else a copy."""
+    """The panels' rows as one array: their common base when they tile it, a view of it
+    when they tile a run of a pooled buffer (:func:`~thrifty.sparse.outputs.aligned_empty`:
+    the base is its raw bytes), else a copy."""
     base = parts[0].base
-    if base is not None and all(p.base is base for p in parts) and \
-            sum(p.shape[0] for p in parts) == base.shape[0]:
-        ptr = base.__array_interface__["data"][0]
+    if base is not None and all(p.base is base for p in parts):
+        start = ptr = parts[0].__array_interface__["data"][0]
         ok = True
         for p in parts:
-            if p.__array_interface__["data"][0] != ptr:
+            if p.__array_interface__["data"][0] != ptr or not p.flags.c_contiguous:
                 ok = False
                 break
             ptr += p.nbytes
-        if ok:
+        rows = sum(p.shape[0] for p in parts)
+        if ok and base.dtype == parts[0].dtype and rows == base.shape[0]:
             return base
+        if ok and base.dtype == np.uint8 and base.ndim == 1:
+            off = start - base.__array_interface__["data"][0]
+            return np.ndarray((rows, *parts[0].shape[1:]), dtype=parts[0].dtype,
+                              buffer=base, offset=off)
     return np.concatenate(parts, axis=0)
 
+
+#: The widest ``X`` whose product a plan writes by streaming stores: faster at k = 16
+#: (one thread, minimum wall time, on the stencils); at k = 64 slower on the stencils and
+#: faster on the random instances, within loaded runs' noise (see the README).
+STREAM_MAX_K = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,7 +71,10 @@ class Seg:
 
 
 class SpmmPanel:
-    """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output."""
+    """Rows ``[r0, r1)`` of ``A @ X`` by segments, written into the shared output: by
+    streaming stores when ``X`` has at most :data:`STREAM_MAX_K` columns, the output is at
+    least :data:`~thrifty.sparse.outputs.STREAM_MIN_BYTES` and no post-op reads the panel
+    right after (its rows would then come back from memory instead of the cache)."""
 
     def __init__(self, r0: int, r1: int, segs: Sequence[Seg], dtype: str,
                  post: Callable[[np.ndarray], np.ndarray] | None) -> None:
@@ -68,10 +83,12 @@ class SpmmPanel:
     def __call__(self, out: np.ndarray, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
         X = _contig(X, self.dtype)
         data = A.data if A.data.dtype == self.dtype else A.data.astype(self.dtype)
+        stream = self.post is None and X.shape[1] <= STREAM_MAX_K and \
+            out.nbytes >= STREAM_MIN_BYTES
         for s in self.segs:
             o = out[s.r0:s.r1]
             if s.form == "csr":
-                K.spmm_rows(A.indptr, A.indices, data, X, o, s.r0, s.r1)
+                K.spmm_rows(A.indptr, A.indices, data, X, o, s.r0, s.r1, stream)
             else:
                 p0, p1 = A.indptr[s.r0], A.indptr[s.r1]
                 K.panel_gemm(s.flat_pos, data[p0:p1], (s.r1 - s.r0, len(s.cols)),  # type: ignore[arg-type]
