@@ -137,6 +137,53 @@ def test_pinned_ops_are_saved_and_the_miss_is_reported(eager):
         assert torch.equal(g, ref_steps[0][2][k]), k
 
 
+class SdpaNet(torch.nn.Module):
+    """Attention through ``F.scaled_dot_product_attention`` (a seeded op: it takes a
+    dropout probability), with dropout probability ``p``."""
+
+    def __init__(self, p):
+        super().__init__()
+        torch.manual_seed(0)
+        self.p = p
+        self.qkv = torch.nn.Linear(32, 96)
+        self.out = torch.nn.Linear(32, 32)
+
+    def forward(self, x):
+        q, k, v = (t.unflatten(-1, (2, 16)).transpose(1, 2)
+                   for t in self.qkv(x).chunk(3, dim=-1))
+        a = torch.nn.functional.scaled_dot_product_attention(q, k, v, dropout_p=self.p)
+        return self.out(torch.relu(a.transpose(1, 2).flatten(2))) + x
+
+
+def test_attention_without_dropout_is_recomputed():
+    """Scaled dot-product attention with ``dropout_p=0`` draws nothing: it may be
+    recomputed (here at budget 0, where everything must be), bitwise; with dropout it stays
+    pinned, and budget 0 is out of reach (the backend says so)."""
+    x = torch.randn(2, 24, 32)
+    start = SdpaNet(0.0)
+    m0 = WithLoss(copy.deepcopy(start))
+    ref_steps, _ = train(m0, m0, x, steps=1)
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=0.0, time_limit=1.0)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    (r,) = be.reports
+    # every forward op recomputed, the attention kernel included (pinned, it would hold
+    # its outputs: 6,528 bytes here, and a fallback)
+    assert not r.fallback and r.saved <= r.budget == 0 and r.recomputed
+    assert torch.equal(steps[0][0], ref_steps[0][0])
+    for k, g in steps[0][2].items():
+        assert torch.equal(g, ref_steps[0][2][k]), k
+
+    m = WithLoss(SdpaNet(0.5))
+    be = tt.backend(budget=0.0, time_limit=1.0)
+    with pytest.warns(BudgetNotMet, match="even with every forward op recomputed"):
+        train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    (r,) = be.reports
+    assert r.fallback and r.saved > 0
+
+
 class ShiftedByBuffer(torch.nn.Module):
     """Reads a buffer, then overwrites it in place (legal in eager: ``add`` saves nothing of
     it); AOTAutograd copies the new value into the buffer after the compiled forward."""

@@ -94,13 +94,35 @@ def forward_node_names(joint: Any) -> set[str]:
 
 
 def _is_pinned(node: Any) -> bool:
-    """Whether a forward op must run once only: a random op (its draw would differ), or a
-    functionalized in-place op such as batch norm's running-statistics update (its inputs are
-    overwritten after the forward)."""
+    """Whether a forward op must run once only: a random op (its draw would differ) unless
+    this call draws nothing (:func:`_draws_nothing`), or a functionalized in-place op such
+    as batch norm's running-statistics update (its inputs are overwritten after the
+    forward)."""
     import torch
 
+    if _op_name(node.target).endswith("_functional"):
+        return True
     return (torch.Tag.nondeterministic_seeded in getattr(node.target, "tags", ())
-            or _op_name(node.target).endswith("_functional"))
+            and not _draws_nothing(node))
+
+
+def _draws_nothing(node: Any) -> bool:
+    """Whether a seeded op draws no random number in this call: its schema has a
+    ``dropout_p`` argument (scaled dot-product attention's kernels) and the call passes 0
+    (the default included). Such a call is a deterministic function of its inputs, so a
+    recomputation gives the same bits. Any other seeded op counts as drawing."""
+    schema = getattr(node.target, "_schema", None)
+    for i, arg in enumerate(getattr(schema, "arguments", ())):
+        if arg.name == "dropout_p":
+            if arg.name in node.kwargs:
+                value = node.kwargs[arg.name]
+            elif i < len(node.args):
+                value = node.args[i]
+            else:
+                value = arg.default_value
+            return isinstance(value, (int, float)) and not isinstance(value, bool) \
+                and value == 0
+    return False
 
 
 def _is_view(node: Any) -> bool:
