@@ -20,14 +20,15 @@ Usage::
 
 Writes ``benchmarks/results/sparse_bench[_full].json`` and prints the table.
 
-OpenMP workers of the peers' libraries sleep as soon as a call returns
-(``KMP_BLOCKTIME=0`` for MKL's Intel OpenMP, ``OMP_WAIT_POLICY=PASSIVE`` for GNU OpenMP:
-torch, graphblas), unless the environment sets these already. By default they spin for up
-to 200 ms after each call; in shuffled rounds on 2 cores, whichever implementation runs
-next then shares the cores with them (measured: a plan's SpMM k = 16 on poisson2d-300,
-timed alternately with MKL, median 1.37-2.16 ms with spinning workers against 1.24-1.55
-ms without, its minimum 1.0-1.1 ms either way; MKL's own median 1.34-1.43 against
-1.32-1.70 ms).
+MKL's OpenMP workers sleep as soon as a call returns (``KMP_BLOCKTIME=0``, unless the
+environment sets it): by default Intel OpenMP spins them for 200 ms after each call, and in
+shuffled rounds on 2 cores whichever implementation runs next shares the cores with them
+(measured with ``KMP_BLOCKTIME=0`` and ``OMP_WAIT_POLICY=PASSIVE`` both set: a plan's SpMM
+k = 16 on poisson2d-300, timed alternately with MKL, median 1.37-2.16 ms with spinning
+workers against 1.24-1.55 ms without, its minimum 1.0-1.1 ms either way; MKL's own median
+1.34-1.43 against 1.32-1.70 ms). GNU OpenMP's waiting (torch, graphblas, and numba's
+threads, thrifty's among them) is left as it is: ``OMP_WAIT_POLICY=PASSIVE`` moved the
+times of the algebra cases by 0.13-2.13x, peers' and thrifty's alike, in one run.
 """
 
 from __future__ import annotations
@@ -36,7 +37,6 @@ import os
 
 # before any library that starts OpenMP workers is loaded (see the docstring)
 os.environ.setdefault("KMP_BLOCKTIME", "0")
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import functools
 import json
