@@ -18,47 +18,12 @@ import pytest
 torch = pytest.importorskip("torch")
 
 import torch_models as tm  # noqa: E402
-from torch.multiprocessing.reductions import StorageWeakRef  # noqa: E402
+from training import WithLoss, train  # noqa: E402
 
 import thrifty.torch as tt  # noqa: E402
 
 MISSING = tm.vision_libraries()
 pytestmark = pytest.mark.skipif(MISSING is not None, reason=str(MISSING))
-
-
-class WithLoss(torch.nn.Module):
-    def __init__(self, model):
-        super().__init__()
-        self.model = model
-
-    def forward(self, x):
-        return self.model(x).float().square().mean()
-
-
-def train(module, fn, x, steps=2):
-    """Per SGD step (momentum): the loss, the saved activation bytes and the gradients;
-    then the weights."""
-    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
-    skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
-                                                          *module.buffers(), x]}
-    out = []
-    for _ in range(steps):
-        opt.zero_grad(set_to_none=True)
-        seen = {}
-
-        def pack(t, seen=seen):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref not in skip:
-                seen[ref] = t.untyped_storage().nbytes()
-            return t
-
-        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-            loss = fn(x)
-        loss.backward()
-        out.append((loss.detach(), sum(seen.values()),
-                    {n: p.grad.clone() for n, p in module.named_parameters()}))
-        opt.step()
-    return out, {n: p.detach().clone() for n, p in module.named_parameters()}
 
 
 def build(name):

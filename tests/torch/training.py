@@ -1,0 +1,53 @@
+"""Training steps measured for the thrifty.torch tests: the model with its loss as one
+module, and SGD steps (momentum) recording per step the loss, the activation bytes autograd
+saves for backward (``saved_tensors_hooks``; parameters, buffers and the data excluded) and
+the gradients. Eager training through these is the oracle of the compiled runs."""
+
+from __future__ import annotations
+
+from torch.multiprocessing.reductions import StorageWeakRef
+
+import torch
+
+
+class WithLoss(torch.nn.Module):
+    """The model and its loss in one module, so the whole step is one compiled program."""
+
+    def __init__(self, model):
+        super().__init__()
+        self.model = model
+
+    def forward(self, x):
+        return self.model(x).float().square().mean()
+
+
+def saved_bytes(module, x, fn):
+    """Loss, and the activation bytes autograd saves for backward running ``fn(x)`` (storages
+    seen by ``saved_tensors_hooks``, each once; parameters, buffers and the data excluded)."""
+    skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
+                                                          *module.buffers(), x]}
+    seen = {}
+
+    def pack(t):
+        ref = StorageWeakRef(t.untyped_storage())
+        if ref not in skip:
+            seen[ref] = t.untyped_storage().nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        loss = fn(x)
+    return loss, sum(seen.values())
+
+
+def train(module, fn, x, steps=2):
+    """``steps`` SGD steps; per step the loss, saved bytes and gradients; then the weights."""
+    opt = torch.optim.SGD(module.parameters(), lr=0.1, momentum=0.9)
+    out = []
+    for _ in range(steps):
+        opt.zero_grad(set_to_none=True)
+        loss, nbytes = saved_bytes(module, x, fn)
+        loss.backward()
+        out.append((loss.detach(), nbytes, {n: p.grad.clone() for n, p in
+                                            module.named_parameters()}))
+        opt.step()
+    return out, {n: p.detach().clone() for n, p in module.named_parameters()}
