@@ -1,6 +1,7 @@
 """The general ops on sparse operands: a plan's call against scipy's idiom for the same op.
 
-Usage: ``python benchmarks/sparse_ops_bench.py [--n N] [--per-row K] [--rounds R]``.
+Usage: ``python benchmarks/sparse_ops_bench.py [--n N] [--per-row K] [--rounds R]
+[--ops SUBSTR ...]`` (``--ops``: only the ops whose names contain one of the strings).
 
 One random ``n x n`` matrix with ``K`` entries per row plus its diagonal, and a second
 holding half of its entries and as many others, in float64; every op is timed as a plan
@@ -96,6 +97,8 @@ def main() -> None:
     ap.add_argument("--n", type=int, default=200_000)
     ap.add_argument("--per-row", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--ops", nargs="*", default=None,
+                    help="only the ops whose names contain one of these strings")
     ap.add_argument("--json", default="benchmarks/results/sparse_ops_bench.json")
     args = ap.parse_args()
     rng = np.random.default_rng(0)
@@ -116,7 +119,11 @@ def main() -> None:
     x, row = rng.standard_normal(n), rng.standard_normal((1, n))
     env = {"A": A, "B": B, "x": x, "row": row}
     runs = {}
-    for name, (fn, peer) in _cases(A, B, x, row).items():
+    cases = {k: v for k, v in _cases(A, B, x, row).items()
+             if args.ops is None or any(o in k for o in args.ops)}
+    if not cases:
+        raise SystemExit(f"--ops {args.ops} names none of {sorted(_cases(A, B, x, row))}")
+    for name, (fn, peer) in cases.items():
         names = fn.__code__.co_varnames[:fn.__code__.co_argcount]
         inputs = {k: env[k] for k in names}
         t0 = time.perf_counter()

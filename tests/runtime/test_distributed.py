@@ -88,6 +88,28 @@ def test_inputs_are_scattered_once_and_again_when_they_change(client):
     assert_eq(plan.run({"A": A, "X": X}, scheduler=client), A @ X, rtol=1e-12, atol=1e-12)
 
 
+def test_joined_outputs_are_reused_only_once_dropped(client):
+    """The panels are joined into an output of an earlier run once the caller has dropped
+    it; an output the caller holds is never written again."""
+    A = _matrix(20000)
+    rng = np.random.default_rng(7)
+    X1, X2 = rng.standard_normal((A.shape[0], 8)), rng.standard_normal((A.shape[0], 8))
+    plan = th.program(lambda A, X: A @ X).specialize(A=A, X=X1)
+    cluster_plan = plan.distribute(client, {"A": A})
+    first = cluster_plan.run({"A": A, "X": X1})
+    second = cluster_plan.run({"A": A, "X": X2})          # first is held: a new output
+    assert not np.shares_memory(first, second)
+    assert_eq(first, A @ X1, rtol=1e-12, atol=1e-12)      # not overwritten by the second run
+    assert_eq(second, A @ X2, rtol=1e-12, atol=1e-12)
+    where = {first.ctypes.data, second.ctypes.data}
+    del first
+    third = cluster_plan.run({"A": A, "X": X1})           # into the dropped output
+    assert third.ctypes.data in where
+    assert not np.shares_memory(third, second)
+    assert_eq(third, A @ X1, rtol=1e-12, atol=1e-12)
+    assert_eq(second, A @ X2, rtol=1e-12, atol=1e-12)
+
+
 def test_a_gcn_on_the_cluster_equals_the_dense_reference(client):
     A = poisson2d(60)  # 3600 rows: small enough for a dense oracle
     n = A.shape[0]

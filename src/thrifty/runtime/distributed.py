@@ -52,7 +52,6 @@ import dataclasses
 import itertools
 import time
 import uuid
-import zlib
 from collections.abc import Hashable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -72,6 +71,8 @@ from thrifty.runtime.slicing import (
     split,
     take_rows,
 )
+from thrifty.runtime.stamps import stamp as stamp_of
+from thrifty.sparse.outputs import BufferPool
 from thrifty.sparse.tasks import DenseRef, SpmvPanel, SpmvWhole, assemble_dense
 
 if TYPE_CHECKING:
@@ -190,22 +191,6 @@ def _moved(tg: TaskGraph, specs: Mapping[Any, Any], parts: int
     return {tid: ps for tid, ps in found.items() if ps[0].matrix in moved - whole}
 
 
-def _stamp(value: Any) -> tuple[Any, ...]:
-    """What identifies an input: its arrays' identity, shape and dtype, and a CRC-32 of
-    each array's whole content (about 0.4 ms per MB here: a value changed in place is
-    seen, so it is sent again)."""
-    arrays: tuple[Any, ...]
-    if sp.issparse(value):
-        arrays = (value.data, value.indices, value.indptr)
-    else:
-        arrays = (np.asarray(value),)
-    parts: list[Any] = [type(value), getattr(value, "shape", None)]
-    for a in arrays:
-        flat = np.ascontiguousarray(a).reshape(-1)  # 1-D: empty shapes cast too
-        parts += [id(a), a.shape, a.dtype.str, zlib.crc32(flat.data.cast("B"))]
-    return tuple(parts)
-
-
 _SERIAL = itertools.count()
 
 
@@ -303,6 +288,7 @@ class DistributedPlan:
                     self._rowwise.setdefault(a[1], (p.matrix, set()))[1].add(p.rows)
         self._sent: dict[Hashable, _Sent] = {}
         self._stamping = 0.0
+        self._pools: dict[Hashable, BufferPool] = {}  # joined outputs, by buffer
         self.timings: dict[str, float] = {}
 
     def _fuse(self, tg: TaskGraph) -> None:
@@ -343,9 +329,9 @@ class DistributedPlan:
 
     def _send(self, buf: Hashable, value: Any, stamp: tuple[Any, ...] | None = None) -> _Sent:
         """Scatter one input (whole, broadcast, as placed row pieces, or as the operand
-        rows each worker reads); ``stamp``: its :func:`_stamp`, when the caller has it
-        already (a CRC of the whole content)."""
-        sent = _Sent(value, _stamp(value) if stamp is None else stamp)
+        rows each worker reads); ``stamp``: its :func:`~thrifty.runtime.stamps.stamp`,
+        when the caller has it already (CRCs of the whole content)."""
+        sent = _Sent(value, stamp_of(value) if stamp is None else stamp)
         if buf in self._ranges:
             self._send_pieces(buf, value, sent)
             return sent
@@ -414,7 +400,7 @@ class DistributedPlan:
         for buf in sorted(feed, key=lambda b: b not in self._ranges):
             value, sent = feed[buf], self._sent.get(buf)
             t1 = time.perf_counter()
-            stamp = _stamp(value)
+            stamp = stamp_of(value)
             self._stamping += time.perf_counter() - t1
             if sent is not None and not sent.lost() and sent.stamp == stamp and \
                     sent.basis == self._basis(buf):
@@ -569,13 +555,28 @@ class DistributedPlan:
                 vals.append(feed[k])
             elif k in local:
                 fn, parts = local[k]
-                vals.append(fn(*[next(got) for _ in parts]))  # one copy: the parts joined
+                vals.append(self._join(k, fn, [next(got) for _ in parts]))
             else:
                 vals.append(next(got))
         t3 = time.perf_counter()
         for name, dt in (("submit", t1 - t0), ("gather", t2 - t1), ("join", t3 - t2)):
             clock[name] = clock.get(name, 0.0) + dt
         return vals
+
+    def _join(self, buf: Hashable, fn: Any, parts: list[Any]) -> Any:
+        """Output ``buf`` from its gathered ``parts``: the panels' rows copied once into
+        an output of an earlier run that the caller has dropped, else a new one (a
+        :class:`~thrifty.sparse.outputs.BufferPool` per output: a new output's pages are
+        mapped and faulted on the copy, most of the join's time for large outputs)."""
+        if fn is not assemble_dense or not parts or \
+                not all(type(p) is np.ndarray for p in parts) or \
+                len({(p.dtype, p.shape[1:]) for p in parts}) != 1 or parts[0].ndim == 0:
+            return fn(*parts)
+        shape = (sum(p.shape[0] for p in parts), *parts[0].shape[1:])
+        pool = self._pools.get(buf)
+        if pool is None or pool.shape != shape or pool.dtype != parts[0].dtype:
+            pool = self._pools[buf] = BufferPool(shape, parts[0].dtype, min_bytes=1 << 17)
+        return np.concatenate(parts, axis=0, out=pool.empty())
 
     def run(self, inputs: Mapping[str, Any]) -> Any:
         """The plan's outputs for ``inputs`` (as :meth:`RunnablePlan.run` returns them),
