@@ -171,13 +171,15 @@ def in_process(plan: Any, A: sp.csr_array, k: int, rounds: int) -> dict[str, flo
     return _stats(times)
 
 
-def run(n: int, per: int, band: int | None, rounds: int) -> dict[str, Any]:
+def run(n: int, per: int, band: int | None, rounds: int,
+        kernels: list[str] | None = None) -> dict[str, Any]:
     from distributed import Client, LocalCluster
 
     logging.getLogger("distributed").setLevel(logging.ERROR)
     A = instance(n, per, band)
     prog = th.program(lambda A, x: A @ x)
-    plans = {name: prog.specialize(A=A, x=operand(n, k, 1)) for name, k in KERNELS.items()}
+    plans = {name: prog.specialize(A=A, x=operand(n, k, 1)) for name, k in KERNELS.items()
+             if kernels is None or name in kernels}
     inproc = {name: in_process(plan, A, KERNELS[name], rounds) for name, plan in plans.items()}
     clusters = {w: LocalCluster(n_workers=w, threads_per_worker=1, processes=True,
                                 dashboard_address=None, silence_logs=50, memory_limit=0)
@@ -259,10 +261,12 @@ def main() -> None:
     ap.add_argument("--band", type=int, default=None,
                     help="columns within this distance of the diagonal (default: anywhere)")
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--kernels", nargs="*", choices=sorted(KERNELS), default=None,
+                    help="only these kernels (default: all)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     n = args.rows or (160_000 if args.quick else 640_000)
-    result = run(n, args.per_row, args.band, args.rounds)
+    result = run(n, args.per_row, args.band, args.rounds, args.kernels)
     result["load_average_after"] = os.getloadavg()
     tag = "" if args.band is None else "_band"
     path = Path(args.out) if args.out else Path(__file__).resolve().parent / "results" / (

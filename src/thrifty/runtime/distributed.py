@@ -6,8 +6,9 @@
 * **inputs scattered once**: each input is sent to the workers on its first run (or by
   :meth:`DistributedPlan.scatter`) and kept there; a later run with the same input objects
   sends nothing again. "The same" is the objects' identity (their arrays' identity for a
-  sparse matrix) plus their shape, dtype and a CRC-32 of their whole content, so an input
-  changed in place is sent again (:meth:`DistributedPlan.forget` drops what was sent).
+  sparse matrix) plus their shape, dtype and the CRC-32s of their whole content, in chunks
+  on two threads (:mod:`thrifty.runtime.stamps`), so an input changed in place is sent
+  again (:meth:`DistributedPlan.forget` drops what was sent).
 * **panels placed by data**: a sparse input read only by row-panel kernels (SpMV, SpMM,
   ``SpMM → elementwise``, the fused chain ``(A @ X) @ W``) is not sent whole. Its panels
   are split into one contiguous block of rows per worker, balanced by nonzeros, and each
@@ -23,7 +24,9 @@
   panel (``W`` of a fused chain) are broadcast to every worker. Every other task of the
   plan (``X @ W``, elementwise, SDDMM, masked SpGEMM, softmax) runs where Dask puts it.
 * **results gathered**: the outputs' panels come back as arrays (Dask sends numpy buffers
-  without a pickled copy) and are copied once, into the joined output.
+  without a pickled copy) and are copied once, into the joined output: one of an earlier
+  run that the caller has dropped, else a new one (a
+  :class:`~thrifty.sparse.outputs.BufferPool` per output, so its pages stay mapped).
 * **a worker lost mid-run**: Dask reruns the tasks of a worker that died elsewhere; data
   that only the dead worker held (scattered inputs cannot be recomputed) is scattered again
   from this process's copy and the run is submitted again (up to ``attempts`` times). An
