@@ -570,7 +570,8 @@ class DistributedPlan:
         """Output ``buf`` from its gathered ``parts``: the panels' rows copied once into
         an output of an earlier run that the caller has dropped, else a new one (a
         :class:`~thrifty.sparse.outputs.BufferPool` per output: a new output's pages are
-        mapped and faulted on the copy, most of the join's time for large outputs)."""
+        mapped and faulted on the copy, most of the join's time for large outputs). The
+        handle keeps up to two outputs' memory per output between runs."""
         if fn is not assemble_dense or not parts or \
                 not all(type(p) is np.ndarray for p in parts) or \
                 len({(p.dtype, p.shape[1:]) for p in parts}) != 1 or parts[0].ndim == 0:
