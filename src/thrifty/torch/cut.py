@@ -42,8 +42,9 @@ from thrifty.graph.taskgraph import Task
 from thrifty.torch.importer import NOMINAL_BYTES_PER_S, NOMINAL_FLOPS
 from thrifty.torch.joint import JointGraph
 
-__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "TIE_BREAK", "cheapest_within",
-           "cut_at", "price", "recompute_cost"]
+__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "TIE_BREAK", "backward_order",
+           "backward_peak", "cheapest_within", "cut_at", "lowest_peak_within", "price",
+           "recompute_cost"]
 
 #: The weight of a recomputed op's memory traffic against its flops: a recomputation runs
 #: next to the backward op that reads it, where its inputs are hot and a compiler fuses it
@@ -135,20 +136,27 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
     fewest saved bytes (``lam = 0``) do not fit: then no partition fits. With
     ``memory_bound_first`` (see :func:`price`), ops without flops are recomputed wherever
     that spares bytes before any op with flops is."""
+    found = _cheapest(jg, limit, saved, iterations, memory_bound_first)
+    return None if found is None else found[0]
+
+
+def _cheapest(jg: JointGraph, limit: int, saved: Any, iterations: int,
+              memory_bound_first: bool) -> tuple[set[Hashable], float] | None:
+    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut."""
     def cut(lam: float) -> set[Hashable]:
         return cut_at(jg, lam, memory_bound_first)
 
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
     best = cut(hi)
     if saved(best) <= limit:
-        return best
+        return best, hi
     best = cut(0.0)  # the fewest saved bytes of any valid partition
     if saved(best) > limit:
         return None
     lo = 1.0
     r = cut(lo)
     if saved(r) > limit:
-        return best
+        return best, 0.0
     best = r
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)
@@ -157,4 +165,124 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
             lo, best = mid, r
         else:
             hi = mid
-    return best
+    return best, lo
+
+
+# -- the backward's peak ---------------------------------------------------------------------
+
+def backward_order(jg: JointGraph, recompute: set[Hashable]) -> list[Hashable]:
+    """The tasks the backward graph runs, in the order PyTorch runs them: the backward tasks
+    in the joint graph's order from the first one reading an output gradient (a
+    ``tangents`` input; the ones before it when something needs them, else at the end),
+    each preceded by the recomputed forward tasks it needs that have not run yet (in the
+    joint graph's order), as ``reordering_to_mimic_autograd_engine`` places them. A
+    recomputed task nothing in the backward needs does not run."""
+    g = jg.graph
+    pos = jg.position()
+    deps: dict[Hashable, list[Hashable]] = {}
+    for t, task in g.tasks.items():
+        if task.attrs["backward"] or t in recompute:
+            deps[t] = [p for b in task.reads if (p := g.buffers[b].producer) is not None
+                       and (p in recompute or g.tasks[p].attrs["backward"])]
+    bwd = [t for t in jg.order if g.tasks[t].attrs["backward"]]
+    first = next((i for i, t in enumerate(bwd) if any(
+        str(b).startswith("in:tangents") for b in g.tasks[t].reads)), 0)
+    placed: set[Hashable] = set()
+    out: list[Hashable] = []
+    for t in bwd[first:] + bwd[:first]:
+        todo: set[Hashable] = set()
+        stack = [t]
+        while stack:
+            u = stack.pop()
+            if u not in todo and u not in placed:
+                todo.add(u)
+                stack.extend(deps[u])
+        for u in sorted(todo, key=pos.__getitem__):
+            placed.add(u)
+            out.append(u)
+    return out
+
+
+def _simulate(jg: JointGraph, recompute: set[Hashable]) -> tuple[int, set[Hashable]]:
+    """:func:`backward_peak`, and the saved buffers alive at the peak."""
+    g = jg.graph
+    order = backward_order(jg, recompute)
+    ran = set(order)
+    last: dict[Hashable, int] = {}
+    saved: set[Hashable] = set()
+    for i, t in enumerate(order):
+        for b in g.tasks[t].reads:
+            last[b] = i
+            p = g.buffers[b].producer
+            if p is None or p not in ran:
+                saved.add(b)
+    frees: list[list[Hashable]] = [[] for _ in order]
+    for b in saved:
+        frees[last[b]].append(b)
+    cur = sum(g.buffers[b].size for b in saved)
+    peak, at = cur, -1
+    for i, t in enumerate(order):
+        for w in g.tasks[t].writes:
+            cur += jg.backward_bytes(w)
+            if w not in g.results:
+                frees[last.get(w, i)].append(w)
+        if cur > peak:
+            peak, at = cur, i
+        cur -= sum(jg.backward_bytes(b) if b not in saved else g.buffers[b].size
+                   for b in frees[i])
+    alive = {b for b in saved if last[b] >= at and g.buffers[b].size}
+    return peak, alive
+
+
+def backward_peak(jg: JointGraph, recompute: set[Hashable]) -> int:
+    """The modelled peak bytes of the backward of a partition that recomputes ``recompute``
+    (run in :func:`backward_order`): the saved values (forward values and sized inputs the
+    backward reads and does not compute) are alive from its start to their last use, a
+    value it computes (recomputed forward values at their size, backward values at
+    :meth:`~thrifty.torch.joint.JointGraph.backward_bytes`) from its task to its last use,
+    and the graph's results (the weight gradients) from their task to the end. Values the
+    backward does not allocate (parameters, data, output gradients) count nothing."""
+    return _simulate(jg, recompute)[0]
+
+
+def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24,
+                       memory_bound_first: bool = False,
+                       tries: int = 12) -> set[Hashable] | None:
+    """A recompute set that saves at most ``limit`` bytes (``saved(recompute)``) with a
+    low modelled backward peak (:func:`backward_peak`); ``None`` when no partition fits.
+
+    Starts from :func:`cheapest_within`'s cut and adds recomputations one at a time: each
+    step tries up to ``tries`` forward tasks whose saved outputs are alive at the modelled
+    peak (the most such bytes first), each only if the saved bytes stay within ``limit``,
+    and takes the one that lowers the peak the most beyond its :func:`price` at the cut's
+    price ``lam`` (bytes of peak against priced recomputation, as the cut weighs saved
+    bytes). Stops when none lowers the peak by more than its price: the result's modelled
+    peak is never above the cut's."""
+    found = _cheapest(jg, limit, saved, iterations, memory_bound_first)
+    if found is None:
+        return None
+    recompute, lam = found
+    g = jg.graph
+    fwd = jg.forward_tasks()
+    rank = {t: k / len(fwd) for k, t in enumerate(fwd)}
+    peak, alive = _simulate(jg, recompute)
+    while True:
+        cands = []
+        for t in fwd:
+            task = g.tasks[t]
+            gain = sum(g.buffers[w].size for w in task.writes if w in alive)
+            if gain and t not in recompute and not task.attrs["random"]:
+                cands.append((-gain, rank[t], t))
+        best: tuple[float, Hashable, int, set[Hashable]] | None = None
+        for _, _, t in sorted(cands)[:tries]:
+            r = recompute | {t}
+            if saved(r) > limit:
+                continue
+            p, a = _simulate(jg, r)
+            score = peak - p - price(g.tasks[t], lam, rank[t], memory_bound_first)
+            if p < peak and score > 0 and (best is None or score > best[0]):
+                best = (score, t, p, a)
+        if best is None:
+            return recompute
+        recompute = recompute | {best[1]}
+        peak, alive = best[2], best[3]
