@@ -141,10 +141,16 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
 
 
 def _cheapest(jg: JointGraph, limit: int, saved: Any, iterations: int,
-              memory_bound_first: bool) -> tuple[set[Hashable], float] | None:
-    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut."""
+              memory_bound_first: bool,
+              fits: list[tuple[float, set[Hashable]]] | None = None,
+              ) -> tuple[set[Hashable], float] | None:
+    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut; every cut
+    the search meets that fits is appended to ``fits`` (when given) with its price."""
     def cut(lam: float) -> set[Hashable]:
-        return cut_at(jg, lam, memory_bound_first)
+        r = cut_at(jg, lam, memory_bound_first)
+        if fits is not None and saved(r) <= limit:
+            fits.append((lam, r))
+        return r
 
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
     best = cut(hi)
@@ -203,8 +209,11 @@ def backward_order(jg: JointGraph, recompute: set[Hashable]) -> list[Hashable]:
     return out
 
 
-def _simulate(jg: JointGraph, recompute: set[Hashable]) -> tuple[int, set[Hashable]]:
-    """:func:`backward_peak`, and the saved buffers alive at the peak."""
+def _simulate(jg: JointGraph,
+              recompute: set[Hashable]) -> tuple[int, set[Hashable], set[Hashable]]:
+    """:func:`backward_peak`; the forward values alive at the peak (saved, or recomputed:
+    the buffers a change of the partition can free there); the recomputed tasks that run
+    (those the backward needs)."""
     g = jg.graph
     order = backward_order(jg, recompute)
     ran = set(order)
@@ -231,7 +240,9 @@ def _simulate(jg: JointGraph, recompute: set[Hashable]) -> tuple[int, set[Hashab
         cur -= sum(jg.backward_bytes(b) if b not in saved else g.buffers[b].size
                    for b in frees[i])
     alive = {b for b in saved if last[b] >= at and g.buffers[b].size}
-    return peak, alive
+    made = {t for t in order[:at + 1] if t in recompute}
+    alive |= {w for t in made for w in g.tasks[t].writes if last.get(w, at) >= at}
+    return peak, alive, ran & recompute
 
 
 def backward_peak(jg: JointGraph, recompute: set[Hashable]) -> int:
@@ -246,43 +257,62 @@ def backward_peak(jg: JointGraph, recompute: set[Hashable]) -> int:
 
 
 def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24,
-                       memory_bound_first: bool = False,
-                       tries: int = 12) -> set[Hashable] | None:
+                       memory_bound_first: bool = False, tries: int = 12,
+                       starts: int = 4) -> set[Hashable] | None:
     """A recompute set that saves at most ``limit`` bytes (``saved(recompute)``) with a
     low modelled backward peak (:func:`backward_peak`); ``None`` when no partition fits.
 
-    Starts from :func:`cheapest_within`'s cut and adds recomputations one at a time: each
-    step tries up to ``tries`` forward tasks whose saved outputs are alive at the modelled
-    peak (the most such bytes first), each only if the saved bytes stay within ``limit``,
-    and takes the one that lowers the peak the most beyond its :func:`price` at the cut's
-    price ``lam`` (bytes of peak against priced recomputation, as the cut weighs saved
-    bytes). Stops when none lowers the peak by more than its price: the result's modelled
-    peak is never above the cut's."""
-    found = _cheapest(jg, limit, saved, iterations, memory_bound_first)
+    The objective is the modelled peak plus the recomputation's :func:`price` at the price
+    ``lam`` of :func:`cheapest_within`'s cut (bytes of peak against priced recomputation,
+    as the cut weighs saved bytes). From that cut, and from up to ``starts - 1`` other cuts
+    of its search that fit (cheaper in saved bytes, dearer in recomputation), a local
+    search changes one task at a time: it tries up to ``tries`` of the forward tasks whose
+    values are alive at the modelled peak (the largest first): recomputing a saved one, or
+    saving a recomputed one (which breaks a chain of recomputation held at once), each only
+    where the saved bytes stay within ``limit`` and the peak does not rise, and takes the
+    one that lowers the objective the most, until none does. Returns the search's result of
+    the least objective; its modelled peak is never above the cut's."""
+    fits: list[tuple[float, set[Hashable]]] = []
+    found = _cheapest(jg, limit, saved, iterations, memory_bound_first, fits)
     if found is None:
         return None
-    recompute, lam = found
+    first, lam = found
+    others = sorted({frozenset(r): -k for k, (_, r) in enumerate(fits)
+                     if r != first}.items(), key=lambda kv: kv[1])
+    step = max(1, len(others) // max(1, starts - 1))
+    begin = [first] + [set(r) for r, _ in others[::step][:starts - 1]]
     g = jg.graph
     fwd = jg.forward_tasks()
     rank = {t: k / len(fwd) for k, t in enumerate(fwd)}
-    peak, alive = _simulate(jg, recompute)
+    cost = {t: price(g.tasks[t], lam, rank[t], memory_bound_first) for t in fwd
+            if not g.tasks[t].attrs["random"]}
+    results = [_descend(jg, r, limit, saved, cost, tries) for r in begin]
+    ceiling = results[0][0]
+    return min((r for r in results if r[0] <= ceiling), key=lambda r: r[1])[2]
+
+
+def _descend(jg: JointGraph, recompute: set[Hashable], limit: int, saved: Any,
+             cost: dict[Hashable, int], tries: int) -> tuple[int, int, set[Hashable]]:
+    """:func:`lowest_peak_within`'s local search from ``recompute``: its (peak, objective,
+    recompute set)."""
+    g = jg.graph
+    peak, alive, recompute = _simulate(jg, recompute)
+    obj = peak + sum(cost[t] for t in recompute)
     while True:
-        cands = []
-        for t in fwd:
-            task = g.tasks[t]
-            gain = sum(g.buffers[w].size for w in task.writes if w in alive)
-            if gain and t not in recompute and not task.attrs["random"]:
-                cands.append((-gain, rank[t], t))
-        best: tuple[float, Hashable, int, set[Hashable]] | None = None
-        for _, _, t in sorted(cands)[:tries]:
-            r = recompute | {t}
+        gain: dict[Hashable, int] = {}
+        for b in alive:
+            p = g.buffers[b].producer
+            if p is not None and p in cost:
+                gain[p] = gain.get(p, 0) + g.buffers[b].size
+        best: tuple[int, int, set[Hashable], set[Hashable]] | None = None
+        for t in sorted(gain, key=lambda t: -gain[t])[:tries]:
+            r = recompute - {t} if t in recompute else recompute | {t}
             if saved(r) > limit:
                 continue
-            p, a = _simulate(jg, r)
-            score = peak - p - price(g.tasks[t], lam, rank[t], memory_bound_first)
-            if p < peak and score > 0 and (best is None or score > best[0]):
-                best = (score, t, p, a)
+            p, a, r = _simulate(jg, r)
+            o = p + sum(cost[u] for u in r)
+            if p <= peak and o < obj and (best is None or o < best[0]):
+                best = (o, p, a, r)
         if best is None:
-            return recompute
-        recompute = recompute | {best[1]}
-        peak, alive = best[2], best[3]
+            return peak, obj, recompute
+        obj, peak, alive, recompute = best
