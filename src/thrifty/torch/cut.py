@@ -63,6 +63,9 @@ TIE_BREAK = 0.2
 #: of flops-costing recomputation: such an op is recomputed wherever that spares more than
 #: a hundredth of its traffic in saved bytes.
 MEMORY_BOUND_WEIGHT = 0.01
+#: :func:`lowest_peak_within` also searches from the cuts at the prices ``lam / SPREAD**k``
+#: (more recomputation, fewer saved bytes: room to save what breaks a chain).
+SPREAD = 4.0
 
 
 def recompute_cost(task: Task) -> float:
@@ -142,14 +145,13 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
 
 def _cheapest(jg: JointGraph, limit: int, saved: Any, iterations: int,
               memory_bound_first: bool,
-              fits: list[tuple[float, set[Hashable]]] | None = None,
-              ) -> tuple[set[Hashable], float] | None:
-    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut; every cut
-    the search meets that fits is appended to ``fits`` (when given) with its price."""
+              fits: list[set[Hashable]] | None = None) -> tuple[set[Hashable], float] | None:
+    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut; the cuts
+    of the search that fit are appended to ``fits`` (when given), in the search's order."""
     def cut(lam: float) -> set[Hashable]:
         r = cut_at(jg, lam, memory_bound_first)
         if fits is not None and saved(r) <= limit:
-            fits.append((lam, r))
+            fits.append(r)
         return r
 
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
@@ -264,23 +266,29 @@ def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int =
 
     The objective is the modelled peak plus the recomputation's :func:`price` at the price
     ``lam`` of :func:`cheapest_within`'s cut (bytes of peak against priced recomputation,
-    as the cut weighs saved bytes). From that cut, and from up to ``starts - 1`` other cuts
-    of its search that fit (cheaper in saved bytes, dearer in recomputation), a local
-    search changes one task at a time: it tries up to ``tries`` of the forward tasks whose
-    values are alive at the modelled peak (the largest first): recomputing a saved one, or
-    saving a recomputed one (which breaks a chain of recomputation held at once), each only
-    where the saved bytes stay within ``limit`` and the peak does not rise, and takes the
-    one that lowers the objective the most, until none does. Returns the search's result of
-    the least objective; its modelled peak is never above the cut's."""
-    fits: list[tuple[float, set[Hashable]]] = []
+    as the cut weighs saved bytes). From that cut, from up to ``starts - 1`` other cuts of
+    its bisection that fit (the last ones met: near the limit) and from the cuts at the
+    prices ``lam / SPREAD**k`` (``k < starts``: dearer in recomputation, fewer saved
+    bytes), a local search changes one task at a time: it tries up to ``tries`` of the
+    forward tasks whose values are alive at the modelled peak (the largest first):
+    recomputing a saved one, or saving a recomputed one (which breaks a chain of
+    recomputation held at once), each only where the saved bytes stay within ``limit`` and
+    the peak does not rise, and takes the one that lowers the objective the most, until
+    none does. Returns the search's result of the least objective among those whose peak is
+    at most the one from the cut: never above the cut's modelled peak."""
+    fits: list[set[Hashable]] = []
     found = _cheapest(jg, limit, saved, iterations, memory_bound_first, fits)
     if found is None:
         return None
     first, lam = found
-    others = sorted({frozenset(r): -k for k, (_, r) in enumerate(fits)
-                     if r != first}.items(), key=lambda kv: kv[1])
-    step = max(1, len(others) // max(1, starts - 1))
-    begin = [first] + [set(r) for r, _ in others[::step][:starts - 1]]
+    begin = [first]
+    for r in reversed(fits):  # the search's last cuts: near the limit
+        if len(begin) < starts and r not in begin:
+            begin.append(r)
+    for k in range(1, starts if lam > 0 else 1):  # dearer cuts: more recomputation
+        r = cut_at(jg, lam / SPREAD ** k, memory_bound_first)
+        if r not in begin and saved(r) <= limit:
+            begin.append(r)
     g = jg.graph
     fwd = jg.forward_tasks()
     rank = {t: k / len(fwd) for k, t in enumerate(fwd)}
