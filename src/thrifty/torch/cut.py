@@ -30,6 +30,12 @@ partitioners do for cheap fusible ops. Under a budget below eager's saved bytes
 every price (:func:`price`): cheap memory-bound recomputation (a GELU's ``tanh`` chain, a
 copy) is taken before any recomputation that costs flops, as PyTorch's min-cut partitioner
 does.
+
+Saved bytes are not the step's peak, which comes in the backward: saved values, recomputed
+values, gradients and the backward's temporaries are alive at once, and a cut that
+recomputes a long chain holds all of its values until their backward uses.
+:func:`backward_peak` models that peak (:func:`backward_order`: the order PyTorch runs the
+backward in), and :func:`lowest_peak_within` refines the budget's cut against it.
 """
 
 from __future__ import annotations
