@@ -48,9 +48,9 @@ from thrifty.graph.taskgraph import Task
 from thrifty.torch.importer import NOMINAL_BYTES_PER_S, NOMINAL_FLOPS
 from thrifty.torch.joint import JointGraph
 
-__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "TIE_BREAK", "backward_order",
-           "backward_peak", "cheapest_within", "cut_at", "lowest_peak_within", "price",
-           "recompute_cost"]
+__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "SPREAD", "TIE_BREAK",
+           "backward_order", "backward_peak", "cheapest_within", "cut_at", "lowest_peak_within",
+           "price", "recompute_cost"]
 
 #: The weight of a recomputed op's memory traffic against its flops: a recomputation runs
 #: next to the backward op that reads it, where its inputs are hot and a compiler fuses it
