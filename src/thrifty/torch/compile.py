@@ -13,7 +13,9 @@ into one joint graph with AOTAutograd, and calls :meth:`Backend.partition` to sp
 2. the joint graph becomes a TaskGraph of activation memory (:mod:`thrifty.torch.joint`)
    and the forward tasks to *recompute* are chosen by a parametric minimum cut
    (:mod:`thrifty.torch.cut`): the least recomputation (flops, and a tenth of the traffic)
-   among the cuts whose saved bytes fit the budget; every other forward value the backward
+   among the cuts whose saved bytes fit the budget, then more recomputation where it lowers
+   the modelled peak of the backward by more than its price
+   (:func:`~thrifty.torch.cut.lowest_peak_within`); every other forward value the backward
    (or a recomputation) reads is *saved*. With ``offload_bandwidth`` (or when no cut fits),
    :func:`thrifty.memory.plan` plans the whole graph with a boundary task
    (:func:`with_boundary`), and a plan that offloads is taken over the cut when its
@@ -81,6 +83,7 @@ class GraphReport:
     recomputed_flops: int = 0
     offloaded: int = 0        # bytes of saved tensors the forward moves to host memory
     plan_peak: int | None = None
+    backward_peak: int | None = None  # the modelled backward peak (thrifty.torch.cut)
     planner: str = ""
     fallback: bool = False
     seconds: float = 0.0
@@ -258,6 +261,10 @@ class Backend:
                     joint, joint_inputs, num_fwd_outputs=num_fwd_outputs, **kw)
         else:
             recompute, offload = self._choose(jg, report)
+            if not offload:
+                from thrifty.torch.cut import backward_peak
+
+                report.backward_peak = backward_peak(jg, recompute)
             host = offload if self.disk is None else set()
             for node in joint.graph.nodes:
                 for key in ("recompute", "ac_graph_id", "should_offload"):
@@ -310,13 +317,13 @@ class Backend:
         backward starts (:func:`with_boundary`), taken over the cut when it offloads and its
         recomputations and copies cost less nominal time than the cut's recomputations
         (:meth:`_cost`)."""
-        from thrifty.torch.cut import cheapest_within
+        from thrifty.torch.cut import lowest_peak_within
 
         g, limit = jg.graph, report.budget
         cut = None
         if self.method in ("auto", "cut"):
-            cut = cheapest_within(jg, limit, lambda r: _saved_bytes(jg, r),
-                                  memory_bound_first=limit < report.eager_saved)
+            cut = lowest_peak_within(jg, limit, lambda r: _saved_bytes(jg, r),
+                                     memory_bound_first=limit < report.eager_saved)
         if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
             if _saved_bytes(jg, set()) <= limit and cut is None:
                 report.planner = "none needed"

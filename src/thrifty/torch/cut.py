@@ -30,6 +30,12 @@ partitioners do for cheap fusible ops. Under a budget below eager's saved bytes
 every price (:func:`price`): cheap memory-bound recomputation (a GELU's ``tanh`` chain, a
 copy) is taken before any recomputation that costs flops, as PyTorch's min-cut partitioner
 does.
+
+Saved bytes are not the step's peak, which comes in the backward: saved values, recomputed
+values, gradients and the backward's temporaries are alive at once, and a cut that
+recomputes a long chain holds all of its values until their backward uses.
+:func:`backward_peak` models that peak (:func:`backward_order`: the order PyTorch runs the
+backward in), and :func:`lowest_peak_within` refines the budget's cut against it.
 """
 
 from __future__ import annotations
@@ -42,8 +48,9 @@ from thrifty.graph.taskgraph import Task
 from thrifty.torch.importer import NOMINAL_BYTES_PER_S, NOMINAL_FLOPS
 from thrifty.torch.joint import JointGraph
 
-__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "TIE_BREAK", "cheapest_within",
-           "cut_at", "price", "recompute_cost"]
+__all__ = ["BYTES_WEIGHT", "FREE_RATIO", "MEMORY_BOUND_WEIGHT", "SPREAD", "TIE_BREAK",
+           "backward_order", "backward_peak", "cheapest_within", "cut_at", "lowest_peak_within",
+           "price", "recompute_cost"]
 
 #: The weight of a recomputed op's memory traffic against its flops: a recomputation runs
 #: next to the backward op that reads it, where its inputs are hot and a compiler fuses it
@@ -62,6 +69,9 @@ TIE_BREAK = 0.2
 #: of flops-costing recomputation: such an op is recomputed wherever that spares more than
 #: a hundredth of its traffic in saved bytes.
 MEMORY_BOUND_WEIGHT = 0.01
+#: :func:`lowest_peak_within` also searches from the cuts at the prices ``lam / SPREAD**k``
+#: (more recomputation, fewer saved bytes: room to save what breaks a chain).
+SPREAD = 4.0
 
 
 def recompute_cost(task: Task) -> float:
@@ -135,20 +145,32 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
     fewest saved bytes (``lam = 0``) do not fit: then no partition fits. With
     ``memory_bound_first`` (see :func:`price`), ops without flops are recomputed wherever
     that spares bytes before any op with flops is."""
+    found = _cheapest(jg, limit, saved, iterations, memory_bound_first)
+    return None if found is None else found[0]
+
+
+def _cheapest(jg: JointGraph, limit: int, saved: Any, iterations: int,
+              memory_bound_first: bool,
+              fits: list[set[Hashable]] | None = None) -> tuple[set[Hashable], float] | None:
+    """:func:`cheapest_within`'s recompute set and the price ``lam`` of its cut; the cuts
+    of the search that fit are appended to ``fits`` (when given), in the search's order."""
     def cut(lam: float) -> set[Hashable]:
-        return cut_at(jg, lam, memory_bound_first)
+        r = cut_at(jg, lam, memory_bound_first)
+        if fits is not None and saved(r) <= limit:
+            fits.append(r)
+        return r
 
     hi = FREE_RATIO * NOMINAL_BYTES_PER_S / BYTES_WEIGHT
     best = cut(hi)
     if saved(best) <= limit:
-        return best
+        return best, hi
     best = cut(0.0)  # the fewest saved bytes of any valid partition
     if saved(best) > limit:
         return None
     lo = 1.0
     r = cut(lo)
     if saved(r) > limit:
-        return best
+        return best, 0.0
     best = r
     for _ in range(iterations):
         mid = math.sqrt(lo * hi)
@@ -157,4 +179,154 @@ def cheapest_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24
             lo, best = mid, r
         else:
             hi = mid
-    return best
+    return best, lo
+
+
+# -- the backward's peak ---------------------------------------------------------------------
+
+def backward_order(jg: JointGraph, recompute: set[Hashable]) -> list[Hashable]:
+    """The tasks the backward graph runs, in the order PyTorch runs them: the backward tasks
+    in the joint graph's order from the first one reading an output gradient (a
+    ``tangents`` input; the ones before it when something needs them, else at the end),
+    each preceded by the recomputed forward tasks it needs that have not run yet (in the
+    joint graph's order), as ``reordering_to_mimic_autograd_engine`` places them. A
+    recomputed task nothing in the backward needs does not run."""
+    g = jg.graph
+    pos = jg.position()
+    deps: dict[Hashable, list[Hashable]] = {}
+    for t, task in g.tasks.items():
+        if task.attrs["backward"] or t in recompute:
+            deps[t] = [p for b in task.reads if (p := g.buffers[b].producer) is not None
+                       and (p in recompute or g.tasks[p].attrs["backward"])]
+    bwd = [t for t in jg.order if g.tasks[t].attrs["backward"]]
+    first = next((i for i, t in enumerate(bwd) if any(
+        str(b).startswith("in:tangents") for b in g.tasks[t].reads)), 0)
+    placed: set[Hashable] = set()
+    out: list[Hashable] = []
+    for t in bwd[first:] + bwd[:first]:
+        todo: set[Hashable] = set()
+        stack = [t]
+        while stack:
+            u = stack.pop()
+            if u not in todo and u not in placed:
+                todo.add(u)
+                stack.extend(deps[u])
+        for u in sorted(todo, key=pos.__getitem__):
+            placed.add(u)
+            out.append(u)
+    return out
+
+
+def _simulate(jg: JointGraph,
+              recompute: set[Hashable]) -> tuple[int, set[Hashable], set[Hashable]]:
+    """:func:`backward_peak`; the forward values alive at the peak (saved, or recomputed:
+    the buffers a change of the partition can free there); the recomputed tasks that run
+    (those the backward needs)."""
+    g = jg.graph
+    order = backward_order(jg, recompute)
+    ran = set(order)
+    last: dict[Hashable, int] = {}
+    saved: set[Hashable] = set()
+    for i, t in enumerate(order):
+        for b in g.tasks[t].reads:
+            last[b] = i
+            p = g.buffers[b].producer
+            if p is None or p not in ran:
+                saved.add(b)
+    frees: list[list[Hashable]] = [[] for _ in order]
+    for b in saved:
+        frees[last[b]].append(b)
+    cur = sum(g.buffers[b].size for b in saved)
+    peak, at = cur, -1
+    for i, t in enumerate(order):
+        for w in g.tasks[t].writes:
+            cur += jg.backward_bytes(w)
+            if w not in g.results:
+                frees[last.get(w, i)].append(w)
+        if cur > peak:
+            peak, at = cur, i
+        cur -= sum(jg.backward_bytes(b) if b not in saved else g.buffers[b].size
+                   for b in frees[i])
+    alive = {b for b in saved if last[b] >= at and g.buffers[b].size}
+    made = {t for t in order[:at + 1] if t in recompute}
+    alive |= {w for t in made for w in g.tasks[t].writes if last.get(w, at) >= at}
+    return peak, alive, ran & recompute
+
+
+def backward_peak(jg: JointGraph, recompute: set[Hashable]) -> int:
+    """The modelled peak bytes of the backward of a partition that recomputes ``recompute``
+    (run in :func:`backward_order`): the saved values (forward values and sized inputs the
+    backward reads and does not compute) are alive from its start to their last use, a
+    value it computes (recomputed forward values at their size, backward values at
+    :meth:`~thrifty.torch.joint.JointGraph.backward_bytes`) from its task to its last use,
+    and the graph's results (the weight gradients) from their task to the end. Values the
+    backward does not allocate (parameters, data, output gradients) count nothing."""
+    return _simulate(jg, recompute)[0]
+
+
+def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24,
+                       memory_bound_first: bool = False, tries: int = 12,
+                       starts: int = 4) -> set[Hashable] | None:
+    """A recompute set that saves at most ``limit`` bytes (``saved(recompute)``) with a
+    low modelled backward peak (:func:`backward_peak`); ``None`` when no partition fits.
+
+    The objective is the modelled peak plus the recomputation's :func:`price` at the price
+    ``lam`` of :func:`cheapest_within`'s cut (bytes of peak against priced recomputation,
+    as the cut weighs saved bytes). From that cut, from up to ``starts - 1`` other cuts of
+    its bisection that fit (the last ones met: near the limit) and from the cuts at the
+    prices ``lam / SPREAD**k`` (``k < starts``: dearer in recomputation, fewer saved
+    bytes), a local search changes one task at a time: it tries up to ``tries`` of the
+    forward tasks whose values are alive at the modelled peak (the largest first):
+    recomputing a saved one, or saving a recomputed one (which breaks a chain of
+    recomputation held at once), each only where the saved bytes stay within ``limit`` and
+    the peak does not rise, and takes the one that lowers the objective the most, until
+    none does. Returns the search's result of the least objective among those whose peak is
+    at most the one from the cut: never above the cut's modelled peak."""
+    fits: list[set[Hashable]] = []
+    found = _cheapest(jg, limit, saved, iterations, memory_bound_first, fits)
+    if found is None:
+        return None
+    first, lam = found
+    begin = [first]
+    for r in reversed(fits):  # the search's last cuts: near the limit
+        if len(begin) < starts and r not in begin:
+            begin.append(r)
+    for k in range(1, starts if lam > 0 else 1):  # dearer cuts: more recomputation
+        r = cut_at(jg, lam / SPREAD ** k, memory_bound_first)
+        if r not in begin and saved(r) <= limit:
+            begin.append(r)
+    g = jg.graph
+    fwd = jg.forward_tasks()
+    rank = {t: k / len(fwd) for k, t in enumerate(fwd)}
+    cost = {t: price(g.tasks[t], lam, rank[t], memory_bound_first) for t in fwd
+            if not g.tasks[t].attrs["random"]}
+    results = [_descend(jg, r, limit, saved, cost, tries) for r in begin]
+    ceiling = results[0][0]
+    return min((r for r in results if r[0] <= ceiling), key=lambda r: r[1])[2]
+
+
+def _descend(jg: JointGraph, recompute: set[Hashable], limit: int, saved: Any,
+             cost: dict[Hashable, int], tries: int) -> tuple[int, int, set[Hashable]]:
+    """:func:`lowest_peak_within`'s local search from ``recompute``: its (peak, objective,
+    recompute set)."""
+    g = jg.graph
+    peak, alive, recompute = _simulate(jg, recompute)
+    obj = peak + sum(cost[t] for t in recompute)
+    while True:
+        gain: dict[Hashable, int] = {}
+        for b in alive:
+            p = g.buffers[b].producer
+            if p is not None and p in cost:
+                gain[p] = gain.get(p, 0) + g.buffers[b].size
+        best: tuple[int, int, set[Hashable], set[Hashable]] | None = None
+        for t in sorted(gain, key=lambda t: -gain[t])[:tries]:
+            r = recompute - {t} if t in recompute else recompute | {t}
+            if saved(r) > limit:
+                continue
+            p, a, r = _simulate(jg, r)
+            o = p + sum(cost[u] for u in r)
+            if p <= peak and o < obj and (best is None or o < best[0]):
+                best = (o, p, a, r)
+        if best is None:
+            return peak, obj, recompute
+        obj, peak, alive, recompute = best

@@ -60,6 +60,9 @@ class JointGraph:
     buffers_of: dict[str, tuple[Hashable, ...]] = field(default_factory=dict)  # node -> bufs
     #: a training batch norm's node name -> the task writing its output (:func:`_add_op`)
     bn_apply: dict[str, str] = field(default_factory=dict)
+    #: the real bytes of the buffers backward tasks write (the TaskGraph sizes them 0: they
+    #: are no activations), for the model of the backward's peak (:mod:`thrifty.torch.cut`)
+    bwd_bytes: dict[Hashable, int] = field(default_factory=dict)
 
     def output_task(self, name: str) -> str:
         """The task writing the (first) output of the node ``name``."""
@@ -67,6 +70,19 @@ class JointGraph:
 
     def forward_tasks(self) -> list[Hashable]:
         return [t for t in self.order if not self.graph.tasks[t].attrs["backward"]]
+
+    def backward_bytes(self, b: Hashable) -> int:
+        """The bytes buffer ``b`` takes when it is allocated in the backward: a backward
+        value's real size (:attr:`bwd_bytes`; 0 when unknown), a forward value's size
+        (a recomputation)."""
+        buf = self.graph.buffers[b]
+        if buf.producer is not None and self.graph.tasks[buf.producer].attrs["backward"]:
+            return self.bwd_bytes.get(b, buf.size)
+        return buf.size
+
+    def position(self) -> dict[Hashable, int]:
+        """Each task's index in :attr:`order` (the joint graph's order)."""
+        return {t: i for i, t in enumerate(self.order)}
 
 
 def forward_node_names(joint: Any) -> set[str]:
@@ -207,6 +223,8 @@ def _add_op(jg: JointGraph, node: Any, tasks: list[Task], buffers: dict[Hashable
         if isinstance(val, (tuple, list)) else (tid,)
     for w, v in zip(writes, vals):
         buffers[w] = Buffer(w, 0 if backward else _nbytes(v), tid)
+        if backward:
+            jg.bwd_bytes[w] = _nbytes(v)
     where[node] = writes if isinstance(val, (tuple, list)) else tid
     moved = sum(_nbytes(a.meta.get("val")) for a in node.all_input_nodes) + sum(
         _nbytes(v) for v in vals)
