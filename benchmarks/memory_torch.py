@@ -8,6 +8,8 @@ backward; the loss inside the compiled module) with:
   ``torch._functorch.config.activation_memory_budget = f`` (through the same backend with
   ``partitioner="min_cut"``, so both run their graphs the same way: eager ATen calls, no
   Inductor);
+* ``thrifty_matched`` (``--matched``): thrifty with a budget of the bytes ``min_cut`` saved
+  at that fraction (one-graph models), to time the two at (nearly) equal saved bytes;
 * ``checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) on each block, eager (no budget:
   one row);
 * ``eager``: plain training (the reference);
@@ -290,7 +292,7 @@ def add_times(rows: list[dict[str, Any]], times: dict[Any, Any]) -> None:
             r[f"{col}_s"] = statistics.median(mine[kind])
             r[f"{col}_rounds_s"] = mine[kind]
         peer = (key[0], "min_cut", key[2])
-        if key[1] == "thrifty" and peer in times:
+        if key[1] in ("thrifty", "thrifty_matched") and peer in times:
             vs = spread([a / b for a, b in zip(mine["wall"], times[peer]["wall"])])
             r["vs_min_cut"], r["vs_min_cut_q1"], r["vs_min_cut_q3"] = (
                 vs["median"], vs["q1"], vs["q3"])
@@ -298,9 +300,12 @@ def add_times(rows: list[dict[str, Any]], times: dict[Any, Any]) -> None:
 
 def run_model(name: str, build: Any, make_input: Any, rounds: int,
               time_limit: float, disk: dict[str, Any] | None = None,
-              budgets: Any = BUDGETS) -> list[dict[str, Any]]:
+              budgets: Any = BUDGETS, matched: bool = False) -> list[dict[str, Any]]:
     """The rows of one model: every method measured (memory, flops, gradients) and kept
-    compiled, then all of them timed together in shuffled rounds (:func:`time_rounds`)."""
+    compiled, then all of them timed together in shuffled rounds (:func:`time_rounds`).
+    ``matched``: at each budget also ``thrifty_matched``, thrifty with a budget of the bytes
+    ``min_cut`` saved at that fraction (models of one compiled graph only), so that the two
+    are timed at (nearly) the same saved bytes."""
     torch.manual_seed(0)
     base = build()
     torch.manual_seed(1)
@@ -324,7 +329,8 @@ def run_model(name: str, build: Any, make_input: Any, rounds: int,
     print(f"  {name} eager: saved {e['saved_bytes'] / 2**20:.1f} MiB, peak "
           f"{e['peak_bytes'] / 2**20:.1f} MiB, without weight gradients "
           f"{e['act_peak_bytes'] / 2**20:.1f} MiB", flush=True)
-    methods = [(part, f) for f in budgets for part in ("thrifty", "min_cut")]
+    methods = [(part, f) for f in budgets for part in ("thrifty", "min_cut")
+               + (("thrifty_matched",) if matched else ())]
     if disk:
         methods += [(part, f) for f in OFFLOAD_BUDGETS
                     for part in ("thrifty", "thrifty_disk", "min_cut")]
@@ -334,7 +340,13 @@ def run_model(name: str, build: Any, make_input: Any, rounds: int,
         if part == "thrifty_disk":
             assert disk is not None
             kw.update(offload_to="disk", offload_bandwidth=disk["bandwidth"])
-        be = tt.backend(budget=f, time_limit=time_limit, **kw)
+        limit: float | int = f
+        if part == "thrifty_matched":
+            peer = backends.get((name, "min_cut", f))
+            if peer is None or len(peer.reports) != 1:
+                continue  # min_cut failed, or several graphs: no one number to match
+            limit = peer.reports[0].saved
+        be = tt.backend(budget=limit, time_limit=time_limit, **kw)
         t0 = time.perf_counter()
         try:
             r = measure(m, torch.compile(m, backend=be), x, be)
@@ -349,7 +361,8 @@ def run_model(name: str, build: Any, make_input: Any, rounds: int,
         row = {"model": name, "method": part, "budget": f, **_row(r, ref),
                "fallback": any(g.fallback for g in be.reports),
                "compile_and_measure_s": time.perf_counter() - t0,
-               "partition_s": sum(g.seconds for g in be.reports)}
+               "partition_s": sum(g.seconds for g in be.reports),
+               "budget_bytes": sum(g.budget for g in be.reports)}
         if f in OFFLOAD_BUDGETS:
             row["disk_bytes"] = sum(g.offloaded for g in be.reports) if be.disk else 0
             row["disk"] = row["disk_bytes"] / ref["saved"]
@@ -471,6 +484,9 @@ def main() -> None:
                     help="timing rounds per model (each runs every method's step once, in "
                          "a shuffled order; default: 15, 7 for the transformers builds of "
                          "resnet50 and vit_b16, 3 for torchvision's and timm's)")
+    ap.add_argument("--matched", action="store_true",
+                    help="add thrifty_matched rows: thrifty at the bytes min_cut saved at each "
+                         "budget (one-graph models), timed against min_cut (vs min_cut)")
     a = ap.parse_args()
     load_start = list(os.getloadavg())
     if a.rounds is not None and a.rounds < 1:
@@ -485,7 +501,7 @@ def main() -> None:
         if a.models and name not in a.models:
             continue
         print(f"{name} ({spec['source']}) ...", flush=True)
-        rows += run_model(name, spec["build"], spec["input"],
+        rows += run_model(name, spec["build"], spec["input"], matched=a.matched,
                           rounds=a.rounds or spec["rounds"],
                           time_limit=1.0 if a.quick else 5.0, disk=disk,
                           budgets=a.budgets)
