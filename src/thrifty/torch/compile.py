@@ -43,7 +43,9 @@ reports ``fallback``.
 
 Every compiled graph appends a :class:`GraphReport` to :attr:`Backend.reports`;
 :attr:`Backend.last_saved` holds the bytes the compiled forwards saved in the last step,
-measured on the real tensors the forward returns for backward.
+measured on the real tensors the forward returns for backward (their storages, each once;
+which of them share a storage with a parameter, a buffer or the data is read once off the
+graph: :mod:`thrifty.torch.saved`).
 """
 
 from __future__ import annotations
