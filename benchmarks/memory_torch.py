@@ -8,13 +8,15 @@ backward; the loss inside the compiled module) with:
   ``torch._functorch.config.activation_memory_budget = f`` (through the same backend with
   ``partitioner="min_cut"``, so both run their graphs the same way: eager ATen calls, no
   Inductor);
+* ``thrifty_matched`` (``--matched``): thrifty with a budget of the bytes ``min_cut`` saved
+  at that fraction (one-graph models), to time the two at (nearly) equal saved bytes;
 * ``checkpoint``: ``torch.utils.checkpoint`` (non-reentrant) on each block, eager (no budget:
   one row);
 * ``eager``: plain training (the reference);
 * at the budgets of ``OFFLOAD_BUDGETS`` (below the others), ``thrifty`` (recomputation
   only), ``thrifty_disk`` (``offload_to="disk"``, at ``--disk-bandwidth`` or the bandwidth
-  the backend measures) and ``min_cut`` (:func:`disk_rows`); the ``disk`` column is the
-  bytes written to files per step over eager's saved bytes.
+  the backend measures) and ``min_cut``; the ``disk`` column is the bytes written to files
+  per step over eager's saved bytes.
 
 Measured per step (after a warm-up step that compiles):
 
@@ -28,8 +30,16 @@ Measured per step (after a warm-up step that compiles):
   A dispatch mode around a compiled call makes TorchDynamo run the model
   eagerly, so for the compiled rows the mode is entered inside the compiled forward and
   backward graphs only (``Backend.around``; the whole step is compiled, loss included);
-* ``time``: median seconds of a few steps, as a ratio to eager's (noisy on a shared machine;
-  ratios within one run only);
+* ``time``: step time as a ratio to eager's. Every method of a model is compiled and
+  measured first, then all are timed together in rounds (``--rounds``; 15 per model in
+  ``--quick``, 7 for the ``transformers`` builds of ResNet-50 and ViT-B/16, 3 for
+  torchvision's and timm's): each round runs every method's step once, in a shuffled
+  order, and each step's wall time is divided by eager's in the same round; ``time`` is
+  the median of these per-round ratios, ``time IQR`` their quartiles (the spread to read
+  a difference against), ``cpu`` the same for CPU time (``time.process_time``, all
+  threads), and ``vs min_cut`` (``thrifty`` rows) the median and quartiles of the
+  per-round ratios of thrifty's step time to ``min_cut``'s at the same budget. The JSON
+  has every round's seconds;
 * ``+flops``: flops recomputed, as a fraction of eager's step flops (both by
   ``torch.utils.flop_counter``'s formulas): for the compiled rows the forward ops the
   backward graph runs again (``GraphReport.recomputed_flops``), for ``checkpoint`` the
@@ -62,8 +72,11 @@ import argparse
 import contextlib
 import copy
 import functools
+import gc
 import json
+import os
 import platform
+import random
 import statistics
 import sys
 import time
@@ -186,8 +199,9 @@ def checkpointed(name: str, model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def measure(module: WithLoss, fn: Any, x: torch.Tensor, repeats: int,
-            be: Any = None) -> dict[str, Any]:
+def measure(module: WithLoss, fn: Any, x: torch.Tensor, be: Any = None) -> dict[str, Any]:
+    """Saved bytes, peaks, flops and gradients of one step of ``fn`` (after a warm-up
+    step), and ``step``: a callable that runs one more (for :func:`time_rounds`)."""
     skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
                                                           *module.buffers(), x]}
     seen: dict[Any, int] = {}
@@ -228,113 +242,157 @@ def measure(module: WithLoss, fn: Any, x: torch.Tensor, repeats: int,
         flops = fc.get_total_flops()
     else:
         flops = sum(r.recomputed_flops for r in be.reports)
-    times = []
-    for _ in range(repeats):
-        t0 = time.perf_counter()
-        step()
-        times.append(time.perf_counter() - t0)
+    module.zero_grad(set_to_none=True)
     return {"saved": sum(seen.values()), "peak": live.peak, "act_peak": act_peak,
-            "flops": flops,
-            "time": statistics.median(times), "grads": grads}
+            "flops": flops, "grads": grads, "step": step}
 
 
-def run_model(name: str, build: Any, make_input: Any, repeats: int,
+def time_rounds(steps: dict[Any, Any], rounds: int, seed: int = 0) -> dict[Any, Any]:
+    """Step times in ``rounds`` rounds: each round runs every step once, in a shuffled
+    order, so that a change of the machine's load hits every method alike. Per step:
+    ``wall`` and ``cpu`` (``time.process_time``: CPU seconds of every thread of the
+    process) lists, one value per round."""
+    rng = random.Random(seed)
+    out: dict[Any, Any] = {k: {"wall": [], "cpu": []} for k in steps}
+    keys = list(steps)
+    for _ in range(rounds):
+        rng.shuffle(keys)
+        gc.collect()  # not inside a timed step, where it would land by chance
+        for k in keys:
+            c0, t0 = time.process_time(), time.perf_counter()
+            steps[k]()
+            t1, c1 = time.perf_counter(), time.process_time()
+            out[k]["wall"].append(t1 - t0)
+            out[k]["cpu"].append(c1 - c0)
+    return out
+
+
+def spread(values: list[float]) -> dict[str, float]:
+    """Median and interquartile range (quartiles of the values; one value: itself)."""
+    if len(values) < 2:
+        return {"median": values[0], "q1": values[0], "q3": values[0]}
+    q1, _, q3 = statistics.quantiles(values, n=4, method="inclusive")
+    return {"median": statistics.median(values), "q1": q1, "q3": q3}
+
+
+def add_times(rows: list[dict[str, Any]], times: dict[Any, Any]) -> None:
+    """Fill each row's time columns from :func:`time_rounds`: ``time``, the median over the
+    rounds of the row's step time over eager's in the same round (``time_q1``, ``time_q3``:
+    the quartiles of those ratios), ``cpu`` the same of CPU time, ``time_s`` / ``cpu_s``
+    the median seconds, and for ``thrifty`` rows ``vs_min_cut``: the median of the per-round
+    ratios of thrifty's step time to ``min_cut``'s at the same budget (quartiles too)."""
+    by_key = {(r["model"], r["method"], r["budget"]): r for r in rows}
+    for key, r in by_key.items():
+        if key not in times:
+            continue
+        mine, eager = times[key], times[(key[0], "eager", None)]
+        for kind, col in (("wall", "time"), ("cpu", "cpu")):
+            ratio = spread([a / b for a, b in zip(mine[kind], eager[kind])])
+            r[col], r[f"{col}_q1"], r[f"{col}_q3"] = ratio["median"], ratio["q1"], ratio["q3"]
+            r[f"{col}_s"] = statistics.median(mine[kind])
+            r[f"{col}_rounds_s"] = mine[kind]
+        peer = (key[0], "min_cut", key[2])
+        if key[1] in ("thrifty", "thrifty_matched") and peer in times:
+            vs = spread([a / b for a, b in zip(mine["wall"], times[peer]["wall"])])
+            r["vs_min_cut"], r["vs_min_cut_q1"], r["vs_min_cut_q3"] = (
+                vs["median"], vs["q1"], vs["q3"])
+
+
+def run_model(name: str, build: Any, make_input: Any, rounds: int,
               time_limit: float, disk: dict[str, Any] | None = None,
-              budgets: Any = BUDGETS) -> list[dict[str, Any]]:
+              budgets: Any = BUDGETS, matched: bool = False) -> list[dict[str, Any]]:
+    """The rows of one model: every method measured (memory, flops, gradients) and kept
+    compiled, then all of them timed together in shuffled rounds (:func:`time_rounds`).
+    ``matched``: at each budget also ``thrifty_matched``, thrifty with a budget of the bytes
+    ``min_cut`` saved at that fraction (models of one compiled graph only), so that the two
+    are timed at (nearly) the same saved bytes."""
     torch.manual_seed(0)
     base = build()
     torch.manual_seed(1)
     x = make_input()
-    rows = []
+    rows: list[dict[str, Any]] = []
+    steps: dict[Any, Any] = {}
+    backends: dict[Any, Any] = {}
 
     def fresh() -> WithLoss:
         return WithLoss(copy.deepcopy(base))
 
     m = fresh()
-    ref = measure(m, m, x, repeats)
+    ref = measure(m, m, x)
+    steps[(name, "eager", None)] = ref.pop("step")
     rows.append({"model": name, "method": "eager", "budget": None, **_row(ref, ref)})
     m = WithLoss(checkpointed(name, copy.deepcopy(base)))
-    rows.append({"model": name, "method": "checkpoint", "budget": None,
-                 **_row(measure(m, m, x, repeats), ref)})
+    r = measure(m, m, x)
+    steps[(name, "checkpoint", None)] = r.pop("step")
+    rows.append({"model": name, "method": "checkpoint", "budget": None, **_row(r, ref)})
     e = rows[0]
     print(f"  {name} eager: saved {e['saved_bytes'] / 2**20:.1f} MiB, peak "
           f"{e['peak_bytes'] / 2**20:.1f} MiB, without weight gradients "
-          f"{e['act_peak_bytes'] / 2**20:.1f} MiB, step {e['time_s']:.2f} s", flush=True)
-    print(f"  {name} checkpoint: saved {rows[-1]['saved']:.2f} peak {rows[-1]['peak']:.2f} "
-          f"act peak {rows[-1]['act_peak']:.2f} time {rows[-1]['time']:.2f} "
-          f"+flops {rows[-1]['extra_flops']:.3f}", flush=True)
-    for f in budgets:
-        for part in ("thrifty", "min_cut"):
-            m = fresh()
-            be = tt.backend(budget=f, partitioner=part, time_limit=time_limit)
-            t0 = time.perf_counter()
-            try:
-                r = measure(m, torch.compile(m, backend=be), x, repeats, be)
-            except RuntimeError as e:  # a partition that fails in training: a row saying so
-                torch._dynamo.reset()
-                rows.append({"model": name, "method": part, "budget": f,
-                             "error": str(e).split("\n")[0][:200]})
-                continue
-            r["flops"] += ref["flops"]
-            wall = time.perf_counter() - t0
-            torch._dynamo.reset()
-            rows.append({"model": name, "method": part, "budget": f, **_row(r, ref),
-                         "fallback": any(g.fallback for g in be.reports),
-                         "compile_and_measure_s": wall,
-                         "partition_s": sum(g.seconds for g in be.reports)})
-        for r in rows[-2:]:
-            if "error" in r:
-                print(f"  {name} {r['method']} {f}: FAILED: {r['error']}", flush=True)
-                continue
-            print(f"  {name} {r['method']} {f}: saved {r['saved']:.2f} peak {r['peak']:.2f} "
-                  f"act peak {r['act_peak']:.2f} "
-                  f"time {r['time']:.2f} +flops {r['extra_flops']:.3f} "
-                  f"grads {'equal' if r['grads_equal'] else 'DIFF'}", flush=True)
+          f"{e['act_peak_bytes'] / 2**20:.1f} MiB", flush=True)
+    methods = [(part, f) for f in budgets for part in ("thrifty", "min_cut")
+               + (("thrifty_matched",) if matched else ())]
     if disk:
-        rows += disk_rows(name, fresh, x, repeats, time_limit, ref, disk)
-    return rows
-
-
-def disk_rows(name: str, fresh: Any, x: torch.Tensor, repeats: int, time_limit: float,
-              ref: dict[str, Any], disk: dict[str, Any]) -> list[dict[str, Any]]:
-    """Rows at the budgets of ``OFFLOAD_BUDGETS``: thrifty's cut (recomputation only),
-    thrifty with offloading to disk (``offload_to="disk"``, files in a temporary
-    directory, at ``disk["bandwidth"]`` or the bandwidth the backend measures), and
-    PyTorch's min-cut partitioner at the same fraction. ``disk``: the bytes the compiled
-    forwards wrote to files per step, as a fraction of eager's saved bytes."""
-    rows = []
-    for f in OFFLOAD_BUDGETS:
-        for method in ("thrifty", "thrifty_disk", "min_cut"):
-            m = fresh()
-            kw: dict[str, Any] = {"partitioner": "min_cut" if method == "min_cut"
-                                  else "thrifty"}
-            if method == "thrifty_disk":
-                kw.update(offload_to="disk", offload_bandwidth=disk["bandwidth"])
-            be = tt.backend(budget=f, time_limit=time_limit, **kw)
-            try:
-                r = measure(m, torch.compile(m, backend=be), x, repeats, be)
-            except RuntimeError as e:
-                torch._dynamo.reset()
-                rows.append({"model": name, "method": method, "budget": f,
-                             "error": str(e).split("\n")[0][:200]})
-                print(f"  {name} {method} {f}: FAILED: {rows[-1]['error']}", flush=True)
-                continue
-            r["flops"] += ref["flops"]
-            torch._dynamo.reset()
-            row = {"model": name, "method": method, "budget": f, **_row(r, ref),
-                   "fallback": any(g.fallback for g in be.reports),
-                   "disk_bytes": sum(g.offloaded for g in be.reports) if be.disk else 0,
-                   "offload_bandwidth": be.offload_bandwidth}
+        methods += [(part, f) for f in OFFLOAD_BUDGETS
+                    for part in ("thrifty", "thrifty_disk", "min_cut")]
+    for part, f in methods:
+        m = fresh()
+        kw: dict[str, Any] = {"partitioner": "min_cut" if part == "min_cut" else "thrifty"}
+        if part == "thrifty_disk":
+            assert disk is not None
+            kw.update(offload_to="disk", offload_bandwidth=disk["bandwidth"])
+        limit: float | int = f
+        if part == "thrifty_matched":
+            peer = backends.get((name, "min_cut", f))
+            if peer is None or len(peer.reports) != 1:
+                continue  # min_cut failed, or several graphs: no one number to match
+            limit = peer.reports[0].saved
+        be = tt.backend(budget=limit, time_limit=time_limit, **kw)
+        t0 = time.perf_counter()
+        try:
+            r = measure(m, torch.compile(m, backend=be), x, be)
+        except RuntimeError as err:  # a partition that fails in training: a row saying so
+            rows.append({"model": name, "method": part, "budget": f,
+                         "error": str(err).split("\n")[0][:200]})
+            print(f"  {name} {part} {f}: FAILED: {rows[-1]['error']}", flush=True)
+            continue
+        r["flops"] += ref["flops"]
+        key = (name, part, f)
+        steps[key], backends[key] = r.pop("step"), be
+        row = {"model": name, "method": part, "budget": f, **_row(r, ref),
+               "fallback": any(g.fallback for g in be.reports),
+               "compile_and_measure_s": time.perf_counter() - t0,
+               "partition_s": sum(g.seconds for g in be.reports),
+               "budget_bytes": sum(g.budget for g in be.reports)}
+        if f in OFFLOAD_BUDGETS:
+            row["disk_bytes"] = sum(g.offloaded for g in be.reports) if be.disk else 0
             row["disk"] = row["disk_bytes"] / ref["saved"]
-            if be.disk is not None:
-                row["files_left"] = len(be.disk.files())
-                be.disk.close()
-            rows.append(row)
-            print(f"  {name} {method} {f}: saved {row['saved']:.3f} disk {row['disk']:.3f} "
-                  f"peak {row['peak']:.2f} act peak {row['act_peak']:.2f} "
-                  f"time {row['time']:.2f} "
-                  f"+flops {row['extra_flops']:.3f} "
-                  f"grads {'equal' if row['grads_equal'] else 'DIFF'}", flush=True)
+            row["offload_bandwidth"] = be.offload_bandwidth
+        rows.append(row)
+        print(f"  {name} {part} {f}: saved {row['saved']:.3f} disk {row.get('disk', 0):.3f} "
+              f"peak {row['peak']:.2f} act peak {row['act_peak']:.2f} "
+              f"+flops {row['extra_flops']:.3f} "
+              f"grads {'equal' if row['grads_equal'] else 'DIFF'}", flush=True)
+    compiled = {k: len(be.reports) for k, be in backends.items()}
+    times = time_rounds(steps, rounds)
+    add_times(rows, times)
+    for row in rows:
+        key = (row["model"], row["method"], row["budget"])
+        be = backends.get(key)
+        if be is None:
+            continue
+        # a graph compiled while timing (a recompilation) would count in a round's time
+        row["recompiled_while_timing"] = len(be.reports) != compiled[key]
+        if be.disk is not None:
+            row["files_left"] = len(be.disk.files())
+            be.disk.close()
+    torch._dynamo.reset()
+    for row in rows:
+        if "time" in row:
+            vs = f" vs min_cut {row['vs_min_cut']:.2f}" if "vs_min_cut" in row else ""
+            print(f"  {name} {row['method']} {row['budget']}: time {row['time']:.2f} "
+                  f"[{row['time_q1']:.2f}, {row['time_q3']:.2f}] cpu {row['cpu']:.2f}{vs}"
+                  + (" RECOMPILED" if row.get("recompiled_while_timing") else ""),
+                  flush=True)
     return rows
 
 
@@ -342,7 +400,6 @@ def _row(r: dict[str, Any], ref: dict[str, Any]) -> dict[str, Any]:
     return {"saved_bytes": r["saved"], "saved": r["saved"] / ref["saved"],
             "peak_bytes": r["peak"], "peak": r["peak"] / ref["peak"],
             "act_peak_bytes": r["act_peak"], "act_peak": r["act_peak"] / ref["act_peak"],
-            "time_s": r["time"], "time": r["time"] / ref["time"],
             "extra_flops": (r["flops"] - ref["flops"]) / ref["flops"],
             "grads_equal": all(torch.equal(r["grads"][k], g) for k, g in ref["grads"].items())
             and r["grads"].keys() == ref["grads"].keys()}
@@ -355,8 +412,9 @@ VISION_MISSING = tm.vision_libraries()
 
 def models(quick: bool) -> dict[str, dict[str, Any]]:
     """Per model: ``build``, ``input`` (callables), ``source`` (what builds it, and on what
-    input) and ``repeats`` (timed steps; 1 for the vision models in the quick mode, whose
-    step takes seconds).
+    input) and ``rounds`` (timing rounds, :func:`time_rounds`: 15 for the small models, 7
+    for the ``transformers`` builds of ResNet-50 and ViT-B/16, 3 for torchvision's and
+    timm's, whose steps take seconds).
 
     With torchvision and timm: ``torchvision.models.resnet50()`` on 2 images of 192x192 (4
     of 224x224 without ``--quick``) and timm's ``vit_base_patch16_224``, all 12 layers, on 1
@@ -369,7 +427,6 @@ def models(quick: bool) -> dict[str, dict[str, Any]]:
     Without them: the ``transformers`` builds (:data:`VISION_MISSING` says why) at the
     earlier sizes (2 images of 64x64; ViT with 4 of its 12 layers in the quick mode)."""
     s = 1 if quick else 2
-    rep = 2 if quick else 5
     out: dict[str, dict[str, Any]] = {
         "attention6": {"build": lambda: tm.AttentionNet(dim=64, heads=4, blocks=6, vocab=256),
                        "input": lambda: torch.randint(0, 256, (4 * s, 128)),
@@ -384,11 +441,11 @@ def models(quick: bool) -> dict[str, dict[str, Any]]:
         out["resnet50"] = {"build": lambda: tm.torchvision_resnet("resnet50"),
                            "input": lambda: torch.randn(n_res, 3, side, side),
                            "source": f"torchvision resnet50, {n_res}x3x{side}x{side}",
-                           "repeats": 1 if quick else rep}
+                           "rounds": 3}
         out["vit_b16"] = {"build": lambda: tm.timm_vit("vit_base_patch16_224"),
                           "input": lambda: torch.randn(n_vit, 3, 224, 224),
                           "source": f"timm vit_base_patch16_224 (12 layers), {n_vit}x3x224x224",
-                          "repeats": 1 if quick else rep}
+                          "rounds": 3}
     else:
         layers = 12 if s > 1 else 4
         out["resnet50"] = {"build": lambda: tm.resnet50(),
@@ -401,7 +458,7 @@ def models(quick: bool) -> dict[str, dict[str, Any]]:
                           "source": f"FALLBACK transformers ViTConfig ({layers} of 12 "
                                     f"layers), 2x3x{64 * s}x{64 * s}"}
     for spec in out.values():
-        spec.setdefault("repeats", rep)
+        spec.setdefault("rounds", 7 if "FALLBACK" in spec["source"] else 15)
     return out
 
 
@@ -423,7 +480,19 @@ def main() -> None:
     ap.add_argument("--disk-bandwidth", type=float, default=None,
                     help="bytes/s the disk-offload plan assumes (default: measured by the "
                          "backend in its temporary directory)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="timing rounds per model (each runs every method's step once, in "
+                         "a shuffled order; default: 15, 7 for the transformers builds of "
+                         "resnet50 and vit_b16, 3 for torchvision's and timm's)")
+    ap.add_argument("--matched", action="store_true",
+                    help="add thrifty_matched rows: thrifty at the bytes min_cut saved at each "
+                         "budget (one-graph models), timed against min_cut (vs min_cut)")
     a = ap.parse_args()
+    load_start = list(os.getloadavg())
+    if a.rounds is not None and a.rounds < 1:
+        ap.error(f"--rounds is {a.rounds}; give 1 or more")
+    # every method's compiled step stays compiled until the model's timing rounds are done
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     torch.set_num_threads(a.threads)
     disk = None if a.no_disk else {"bandwidth": a.disk_bandwidth}
     rows: list[dict[str, Any]] = []
@@ -432,7 +501,8 @@ def main() -> None:
         if a.models and name not in a.models:
             continue
         print(f"{name} ({spec['source']}) ...", flush=True)
-        rows += run_model(name, spec["build"], spec["input"], repeats=spec["repeats"],
+        rows += run_model(name, spec["build"], spec["input"], matched=a.matched,
+                          rounds=a.rounds or spec["rounds"],
                           time_limit=1.0 if a.quick else 5.0, disk=disk,
                           budgets=a.budgets)
     caption = "; ".join(f"{n}: {sp['source']}" for n, sp in specs.items()
@@ -441,24 +511,31 @@ def main() -> None:
         caption += f" ({VISION_MISSING})"
     table = Table(title="Training within an activation budget (CPU; ratios to eager)",
                   caption=caption)
-    for c in ("model", "method", "budget", "saved", "disk", "peak", "act peak", "time",
-              "+flops", "grads"):
+    cols = ("model", "method", "budget", "saved", "disk", "peak", "act peak", "time",
+            "time IQR", "cpu", "vs min_cut", "+flops", "grads")
+    for c in cols:
         table.add_column(c, justify="left" if c in ("model", "method") else "right")
     for r in rows:
         if "error" in r:
-            table.add_row(r["model"], r["method"], f"{r['budget']:.1f}", "failed", "", "", "",
-                          "", "")
+            table.add_row(r["model"], r["method"], f"{r['budget']:.1f}", "failed",
+                          *[""] * (len(cols) - 4))
             continue
+        vs = (f"{r['vs_min_cut']:.2f} ({r['vs_min_cut_q1']:.2f}-{r['vs_min_cut_q3']:.2f})"
+              if "vs_min_cut" in r else "")
         table.add_row(r["model"], r["method"] + (" (fallback)" if r.get("fallback") else ""),
                       "-" if r["budget"] is None else f"{r['budget']:.1f}",
                       f"{r['saved']:.2f}", f"{r.get('disk', 0.0):.2f}", f"{r['peak']:.2f}",
-                      f"{r['act_peak']:.2f}", f"{r['time']:.2f}", f"{r['extra_flops']:.2f}",
-                      "equal" if r["grads_equal"] else "DIFF")
-    Console(width=max(120, Console().width)).print(table)
+                      f"{r['act_peak']:.2f}", f"{r['time']:.2f}",
+                      f"{r['time_q1']:.2f}-{r['time_q3']:.2f}", f"{r['cpu']:.2f}", vs,
+                      f"{r['extra_flops']:.2f}", "equal" if r["grads_equal"] else "DIFF")
+    Console(width=max(170, Console().width)).print(table)
     Path(a.out).parent.mkdir(parents=True, exist_ok=True)
     meta = {"torch": torch.__version__, "python": platform.python_version(),
             "machine": platform.machine(), "threads": torch.get_num_threads(),
             "quick": a.quick, "vision_missing": VISION_MISSING,
+            "rounds": {n: a.rounds or sp["rounds"] for n, sp in specs.items()
+                       if not a.models or n in a.models},
+            "load_average_start": load_start, "load_average_end": list(os.getloadavg()),
             "models": {n: sp["source"] for n, sp in specs.items()
                        if not a.models or n in a.models}}
     Path(a.out).write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))

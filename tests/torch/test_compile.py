@@ -416,3 +416,56 @@ def test_disk_store_round_trip_is_bitwise(make, same_strides, tmp_path):
 def test_bad_disk_offload_arguments(bad):
     with pytest.raises(PlanError, match="offload"):
         tt.backend(budget=0.1, **bad)
+
+
+class Twice(torch.nn.Module):
+    """``tanh(h)`` computed twice (``dup``) or once and read twice: the same forward."""
+
+    def __init__(self, dup):
+        super().__init__()
+        self.lin, self.out, self.dup = torch.nn.Linear(16, 64), torch.nn.Linear(64, 1), dup
+
+    def forward(self, x):
+        h = self.lin(x)
+        a = torch.tanh(h)
+        b = torch.tanh(h) if self.dup else a
+        return self.out(a * b + torch.sigmoid(h))
+
+
+@pytest.mark.parametrize("frac", [0.7, 0.5, 0.0])
+def test_a_duplicated_subexpression_partitions_as_computed_once(frac):
+    """The joint graph's common subexpressions are merged before the partition (as PyTorch's
+    min-cut partitioner merges them): a forward computing ``tanh(h)`` twice runs, saves and
+    recomputes what the one computing it once does, and trains bitwise as its eager run."""
+    torch.manual_seed(0)
+    start, x = Twice(dup=False), torch.randn(32, 16)
+    limit = None
+    seen = {}
+    for dup in (False, True):
+        model = copy.deepcopy(start)
+        model.dup = dup
+        m = WithLoss(copy.deepcopy(model))
+        ref_steps, _ = train(m, m, x)
+        if limit is None:
+            # bytes, below eager's saved bytes in both (eager saves tanh twice with dup)
+            limit = int(frac * ref_steps[0][1])
+        be = tt.backend(budget=limit, time_limit=1.0)
+        graphs = []
+        partition = be.partition
+
+        def record(*args, partition=partition, graphs=graphs, **kw):
+            fw, bw = partition(*args, **kw)
+            graphs.append([str(n.target) for n in fw.graph.nodes if n.op == "call_function"])
+            return fw, bw
+        be.partition = record
+        m = WithLoss(copy.deepcopy(model))
+        steps, _ = train(m, torch.compile(m, backend=be), x)
+        torch._dynamo.reset()
+        for (loss, nbytes, grads), (rloss, _, rgrads) in zip(steps, ref_steps):
+            assert torch.equal(loss, rloss)
+            assert all(torch.equal(grads[k], rgrads[k]) for k in rgrads)
+            assert nbytes == be.last_saved <= limit
+        (report,) = be.reports
+        seen[dup] = (graphs, report.saved, sorted(report.recomputed))
+    assert seen[True] == seen[False]
+    assert seen[True][0][0].count("aten.tanh.default") == 1

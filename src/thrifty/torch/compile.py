@@ -45,7 +45,9 @@ reports ``fallback``.
 
 Every compiled graph appends a :class:`GraphReport` to :attr:`Backend.reports`;
 :attr:`Backend.last_saved` holds the bytes the compiled forwards saved in the last step,
-measured on the real tensors the forward returns for backward.
+measured on the real tensors the forward returns for backward (their storages, each once;
+which of them share a storage with a parameter, a buffer or the data is read once off the
+graph: :mod:`thrifty.torch.saved`).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from typing import Any
 from thrifty.errors import BudgetNotMet, InfeasibleBudget, PlanError
 from thrifty.graph.taskgraph import Buffer, Task, TaskGraph
 from thrifty.torch.joint import JointGraph, joint_taskgraph
+from thrifty.torch.saved import saved_counter
 
 __all__ = ["BOUNDARY", "PARTITIONERS", "Backend", "GraphReport", "backend",
            "batch_norm_without_stats", "eager_saved_bytes", "with_boundary"]
@@ -207,14 +210,14 @@ class Backend:
             names = [n.name for n in fw.graph.find_nodes(op="placeholder")]
             free = [not any(jg.graph.buffers[b].size for b in jg.buffers_of.get(n, ()))
                     for n in names]
+            count = saved_counter(fw, n_out, free)
 
             def run(args: list[Any]) -> Any:
-                skip = _storages([a for a, f in zip(args, free) if f])
                 with contextlib.ExitStack() as stack:
                     for cm in self.around:
                         stack.enter_context(cm)
                     out = fw(*args)
-                self._saved_now[index] = _saved_nbytes(out[n_out:], skip)
+                self._saved_now[index] = count(args, out)
                 return out
             run._boxed_call = True  # type: ignore[attr-defined]
             return run
@@ -248,6 +251,8 @@ class Backend:
 
         t0 = time.perf_counter()
         state["num_fwd_outputs"] = num_fwd_outputs
+        if self.partitioner != "default":
+            _dedup(joint)
         jg = joint_taskgraph(joint, active=state.get("active", ()))
         state["joint"] = jg
         if self.partitioner == "default":
@@ -549,6 +554,21 @@ def _graph_saved(jg: JointGraph, fw: Any, num_fwd_outputs: int) -> int:
     return sum(seen.values())
 
 
+def _dedup(joint: Any) -> None:
+    """Remove the joint graph's dead code and merge its common subexpressions, in place:
+    what PyTorch's min-cut partitioner does to it before partitioning
+    (``fx_graph_cse`` when ``torch._functorch.config.cse``, the default; random ops are
+    never merged), so that thrifty's forward and backward graphs run the ops min-cut's run
+    and a value computed twice is neither computed nor saved twice."""
+    from torch._functorch import config
+    from torch._functorch.compile_utils import fx_graph_cse
+
+    joint.graph.eliminate_dead_code()
+    if config.cse:
+        joint.graph = fx_graph_cse(joint.graph)
+    joint.recompile()
+
+
 def _boxed(gm: Any) -> None:
     """Make the FX graph module take its inputs as one list, which it empties once it holds
     them (PyTorch's boxed calling convention): each saved tensor is then freed after its last
@@ -565,20 +585,6 @@ def _storages(tensors: Any) -> set[Any]:
     import torch
 
     return {StorageWeakRef(t.untyped_storage()) for t in tensors if isinstance(t, torch.Tensor)}
-
-
-def _saved_nbytes(tensors: Any, skip: set[Any]) -> int:
-    from torch.multiprocessing.reductions import StorageWeakRef
-
-    import torch
-
-    seen: dict[Any, int] = {}
-    for t in tensors:
-        if isinstance(t, torch.Tensor):
-            ref = StorageWeakRef(t.untyped_storage())
-            if ref not in skip:
-                seen[ref] = t.untyped_storage().nbytes()
-    return sum(seen.values())
 
 
 def eager_saved_bytes(gm: Any, example_inputs: list[Any], active: Any = ()) -> int:
