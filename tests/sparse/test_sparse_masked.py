@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.sparse_run import specialize
-from thrifty.sparse import lower_matmul
+from thrifty.sparse import lower_matmul, masked
 from thrifty.sparse.cost import CostModel
 from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows, masked_walk, walk_chunks
 from thrifty.testing import shared_data_dir
@@ -203,6 +203,38 @@ def test_pairs_recorded_in_the_counting_walk_equal_the_fill_walks(n, k, m, d, se
         c2, p2 = masked_walk(A, B, M, hits - 1)
         assert p2 is None
         np.testing.assert_array_equal(c2, cnt)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 30), k=st.integers(1, 30), m=st.integers(1, 30),
+       d=st.floats(0, 0.6), dist=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_prefetching_walk_equals_the_plain_walk(n, k, m, d, dist, seed):
+    rng = np.random.default_rng(seed)
+    A = _int_csr(n, k, d, rng, 0.2, "float64")
+    B = _int_csr(k, m, d, rng, 0.2, "float64")
+    M = _int_csr(n, m, d, rng, 0.2, "float64")
+    cnt, pairs = masked_walk(A, B, M, 10**6)  # small operands: no prefetch
+    assert masked._prefetch_distance(A, B) == 0
+    real = masked._prefetch_distance
+    try:
+        masked._prefetch_distance = lambda A, B: dist  # the hints, up to past the end
+        cnt2, pairs2 = masked_walk(A, B, M, 10**6)
+    finally:
+        masked._prefetch_distance = real
+    np.testing.assert_array_equal(cnt, cnt2)
+    assert pairs is not None and pairs2 is not None
+    for got, want in zip(pairs2, pairs):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_prefetch_only_where_the_rows_walked_lie_far_apart():
+    n = 200_000
+    rng = np.random.default_rng(0)
+    far = sp.csr_array(sp.random_array((n, n), density=8 / n, format="csr", rng=rng))
+    band = sp.csr_array(sp.diags_array([1.0, 1.0, 1.0], offsets=[-64, -1, 0], shape=(n, n)))
+    assert masked._prefetch_distance(far, far) == masked.PREFETCH_DISTANCE
+    assert masked._prefetch_distance(band, band) == 0
+    assert masked._prefetch_distance(sp.csr_array((n, n)), far) == 0
 
 
 def test_pairs_past_the_walks_buffers_come_from_a_second_walk():
