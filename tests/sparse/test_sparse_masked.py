@@ -18,7 +18,14 @@ import thrifty as th
 from thrifty.runtime.sparse_run import specialize
 from thrifty.sparse import lower_matmul, masked
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows, masked_walk, walk_chunks
+from thrifty.sparse.masked import (
+    kept_entries,
+    masked_counts,
+    masked_pairs,
+    masked_rows,
+    masked_walk,
+    walk_chunks,
+)
 from thrifty.testing import shared_data_dir
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)
@@ -235,6 +242,23 @@ def test_prefetch_only_where_the_rows_walked_lie_far_apart():
     assert masked._prefetch_distance(far, far) == masked.PREFETCH_DISTANCE
     assert masked._prefetch_distance(band, band) == 0
     assert masked._prefetch_distance(sp.csr_array((n, n)), far) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 20), m=st.integers(1, 20), d=st.floats(0, 0.8),
+       seed=st.integers(0, 2**16))
+def test_kept_entries_are_the_mask_entries_with_pairs(n, m, d, seed):
+    rng = np.random.default_rng(seed)
+    M = _int_csr(n, m, d, rng, 0.3, "float64")
+    cnt = rng.integers(0, 3, M.nnz) * (rng.random(M.nnz) < 0.5)
+    indptr, indices, ptr = kept_entries(cnt, M)
+    keep = cnt > 0
+    rows = np.repeat(np.arange(n), np.diff(M.indptr))
+    want = sp.csr_array((np.ones(int(keep.sum())), (rows[keep], M.indices[keep])),
+                        shape=M.shape)
+    np.testing.assert_array_equal(indptr, want.indptr)
+    np.testing.assert_array_equal(indices, want.indices)
+    np.testing.assert_array_equal(ptr, np.concatenate([[0], np.cumsum(cnt[keep])]))
 
 
 def test_pairs_past_the_walks_buffers_come_from_a_second_walk():

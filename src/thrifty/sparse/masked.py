@@ -33,7 +33,9 @@ import scipy.sparse as sp
 
 from thrifty.sparse.outputs import prefetch
 
-__all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "masked_counts", "masked_pairs",
+__all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "entry_positions", "kept_entries",
+           "masked_counts",
+           "masked_pairs",
            "masked_rows", "masked_walk", "walk_chunks"]
 
 _jit = numba.njit(nogil=True, cache=True)
@@ -189,6 +191,88 @@ def _scatter(ptr, rq, ra, rb, got, seg, ia, ib):  # pragma: no cover - compiled
             nxt[q] = j + 1
 
 
+@_jit
+def _kept(cnt, mip, mix, indptr, indices, ptr):  # pragma: no cover - compiled
+    # one pass over the mask: its entries with pairs (cnt > 0), as a CSR pattern
+    # (indptr, indices) in the mask's order, and their pairs' offsets (ptr)
+    k = 0
+    for i in range(mip.shape[0] - 1):
+        for p in range(mip[i], mip[i + 1]):
+            c = cnt[p]
+            if c > 0:
+                indices[k] = mix[p]
+                ptr[k + 1] = ptr[k] + c
+                k += 1
+        indptr[i + 1] = k
+
+
+def kept_entries(cnt: np.ndarray, M: sp.csr_array
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """``(indptr, indices, ptr)``: the entries of mask ``M`` with pairs (``cnt > 0``,
+    :func:`masked_counts`) as a CSR pattern of ``M``'s shape in ``M``'s order (canonical
+    like ``M``), and the offsets of their pairs (``ptr``, from 0), in one pass over ``M``.
+
+    Example
+    -------
+    >>> L = sp.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> [a.tolist() for a in kept_entries(masked_counts(L, L, L), L)]
+    [[0, 0, 0, 1, 3], [0, 0, 1], [0, 1, 3, 4]]
+    """
+    n = int(np.count_nonzero(cnt))
+    indptr = np.zeros(M.shape[0] + 1, dtype=M.indptr.dtype)
+    indices = np.empty(n, dtype=M.indices.dtype)
+    ptr = np.zeros(n + 1, dtype=np.int64)
+    if n:
+        _kept(cnt, M.indptr, M.indices, indptr, indices, ptr)
+    return indptr, indices, ptr
+
+
+@_jit
+def _positions(pip, pix, sip, six, pos, found):  # pragma: no cover - compiled
+    # per row, each entry of P searched in S's row, from where the last one was found
+    # (both rows sorted)
+    last = max(six.shape[0] - 1, 0)
+    for i in range(pip.shape[0] - 1):
+        lo0, s1 = sip[i], sip[i + 1]
+        for p in range(pip[i], pip[i + 1]):
+            c = pix[p]
+            lo, hi = lo0, s1
+            while lo < hi:
+                mid = (lo + hi) >> 1
+                if six[mid] < c:
+                    lo = mid + 1
+                else:
+                    hi = mid
+            lo0 = lo
+            ok = lo < s1 and six[lo] == c
+            found[p] = ok
+            pos[p] = lo if ok else min(lo, last)
+
+
+def entry_positions(P: sp.csr_array, S: sp.csr_array) -> tuple[np.ndarray, np.ndarray]:
+    """``(pos, found)``: where each entry of ``P`` is among the stored entries of ``S``
+    (same shape, both canonical CSR; where ``found`` is False, ``pos`` is still an index
+    of ``S``'s entries, or 0 when it has none), by a search in ``S``'s row per entry: no
+    array the size of ``S`` (``P`` is often a few of ``S``'s entries: a masked product's
+    pattern inside its mask).
+
+    Example
+    -------
+    >>> S = sp.csr_array(np.tril(np.ones((4, 4)), -1))
+    >>> P = sp.csr_array(np.eye(4, k=-1) + np.eye(4, k=1))
+    >>> [a.tolist() for a in entry_positions(P, S)]
+    [[0, 0, 1, 2, 3, 5], [False, True, False, True, False, True]]
+    """
+    if P.shape != S.shape:
+        raise ValueError(f"entry_positions: patterns of shapes {P.shape} and {S.shape}; "
+                         "the same shape is needed")
+    pos = np.zeros(P.nnz, dtype=np.int64)
+    found = np.zeros(P.nnz, dtype=bool)
+    if P.nnz:
+        _positions(P.indptr, P.indices, S.indptr, S.indices, pos, found)
+    return pos, found
+
+
 def _bits(n_cols: int) -> np.ndarray:
     return np.zeros((max(n_cols, 1) + 63) // 64, dtype=np.uint64)
 
@@ -281,8 +365,8 @@ def _prefetch_distance(A: sp.csr_array, B: sp.csr_array) -> int:
     in cache or streamed by the hardware, and the hints only cost)."""
     if A.nnz == 0 or B.shape[0] == 0:
         return 0
-    at = np.linspace(0, A.nnz - 1, min(A.nnz, 4096)).astype(np.int64)
-    rows = np.searchsorted(A.indptr, at, side="right") - 1
+    at = np.linspace(0, A.nnz - 1, min(A.nnz, 4096)).astype(A.indptr.dtype)
+    rows = np.searchsorted(A.indptr, at, side="right") - 1  # (no cast of indptr)
     here = rows * (B.shape[0] / max(A.shape[0], 1))  # row i's place among B's rows
     row_bytes = B.nnz * B.indices.itemsize / B.shape[0] + B.indptr.itemsize
     reach = float(np.median(np.abs(A.indices[at] - here))) * row_bytes

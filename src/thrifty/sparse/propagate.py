@@ -250,10 +250,13 @@ def _fwd_where(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: boo
 
 
 def _fwd_intersect(graph: Graph, node: Node, pats: Mapping[int, Pattern],
-                   exact: bool) -> Pattern:
+                   exact: bool, loose: bool = False) -> Pattern:
+    """The inputs' intersection; with ``loose`` (the first pass, every product at block
+    level: the next pass refines it), known elements are not filtered by the blocks of a
+    block-level operand (a superset: :meth:`Pattern.intersect` without ``exact``)."""
     out = Pattern.dense(node.type.shape)
     for i in node.inputs:
-        out = out.intersect(_operand(graph, pats, i, node.type.shape))
+        out = out.intersect(_operand(graph, pats, i, node.type.shape), not loose)
     return out
 
 
@@ -315,6 +318,8 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
     exact = need is None or need.elements is None
     rule = _rule(FORWARD_RULES, node.op, "forward")
     form = _product_form(node)
+    if need is _BLOCKS_ONLY and rule is _fwd_intersect:  # the first pass: a superset
+        return _fwd_intersect(graph, node, pats, exact, loose=True)
     if exact or need is None or need is _BLOCKS_ONLY or need.shape != shape or form is None:
         return rule(graph, node, pats, exact)  # type: ignore[no-any-return]
     key = (pats[node.inputs[0]], pats[node.inputs[1]], need)
