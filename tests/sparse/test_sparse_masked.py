@@ -19,6 +19,7 @@ from thrifty.runtime.sparse_run import specialize
 from thrifty.sparse import lower_matmul, masked
 from thrifty.sparse.cost import CostModel
 from thrifty.sparse.masked import (
+    entry_positions,
     kept_entries,
     masked_counts,
     masked_pairs,
@@ -259,6 +260,27 @@ def test_kept_entries_are_the_mask_entries_with_pairs(n, m, d, seed):
     np.testing.assert_array_equal(indptr, want.indptr)
     np.testing.assert_array_equal(indices, want.indices)
     np.testing.assert_array_equal(ptr, np.concatenate([[0], np.cumsum(cnt[keep])]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 20), m=st.integers(1, 20), d=st.floats(0, 0.8),
+       keep=st.floats(0, 1), seed=st.integers(0, 2**16))
+def test_entry_positions_equal_a_search_of_the_flat_keys(n, m, d, keep, seed):
+    rng = np.random.default_rng(seed)
+    S = _int_csr(n, m, d, rng, 0.3, "float64")
+    R = _int_csr(n, m, d, rng, 0.3, "float64")  # P: some of S's entries, some others
+    P = sp.csr_array(S.multiply(rng.random(S.shape) < keep) + R)
+    P.data[:] = 1.0
+    pos, found = entry_positions(P, S)
+    rows = np.repeat(np.arange(n), np.diff(S.indptr))
+    skeys = rows * m + S.indices
+    keys = np.repeat(np.arange(n), np.diff(P.indptr)) * m + P.indices
+    want = np.isin(keys, skeys)
+    np.testing.assert_array_equal(found, want)
+    np.testing.assert_array_equal(skeys[pos[found]], keys[found])
+    assert S.nnz == 0 or ((pos >= 0) & (pos < S.nnz)).all()
+    with pytest.raises(ValueError, match="same shape"):
+        entry_positions(P, sp.csr_array((n + 1, m)))
 
 
 def test_pairs_past_the_walks_buffers_come_from_a_second_walk():
