@@ -178,17 +178,23 @@ def _walk_chunks(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb, cuts, got,
 
 
 @_jit
-def _scatter(ptr, rq, ra, rb, got, seg, ia, ib):  # pragma: no cover - compiled
+def _scatter(cnt, rq, ra, rb, got, seg, ptr, ia, ib):  # pragma: no cover - compiled
     # the recorded hits sorted by entry, stably (a counting sort: walk order per entry;
-    # chunk c's hits at [c * seg, c * seg + got[c]), chunks in row order)
-    nxt = ptr[:-1].copy()
+    # chunk c's hits at [c * seg, c * seg + got[c]), chunks in row order), and ptr from
+    # cnt with no other array: ptr[q + 1] starts at entry q's first slot and, advanced
+    # by each of its hits, ends at its last plus one (every hit recorded: cnt's sum)
+    ptr[0] = 0
+    s = 0
+    for q in range(cnt.shape[0]):
+        ptr[q + 1] = s
+        s += cnt[q]
     for c in range(got.shape[0]):
         for t in range(c * seg, c * seg + got[c]):
             q = rq[t]
-            j = nxt[q]
+            j = ptr[q + 1]
             ia[j] = ra[t]
             ib[j] = rb[t]
-            nxt[q] = j + 1
+            ptr[q + 1] = j + 1
 
 
 @_jit
@@ -343,11 +349,10 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
         if cnt.sum() <= max_pairs:
             return cnt, masked_pairs(A, B, M, cnt)
         return cnt, None
-    ptr = np.zeros(M.nnz + 1, dtype=np.int64)
-    np.cumsum(cnt, out=ptr[1:])
-    ia, ib = np.empty(int(ptr[-1]), dtype=idx), np.empty(int(ptr[-1]), dtype=idx)
-    if ptr[-1]:
-        _scatter(ptr, rq, ra, rb, got, seg, ia, ib)
+    hits = int(got.sum())  # every hit recorded
+    ptr = np.empty(M.nnz + 1, dtype=np.int64)
+    ia, ib = np.empty(hits, dtype=idx), np.empty(hits, dtype=idx)
+    _scatter(cnt, rq, ra, rb, got, seg, ptr, ia, ib)
     return cnt, (ptr, ia, ib)
 
 
