@@ -350,8 +350,10 @@ def masked_walk(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, max_pairs: in
             return cnt, masked_pairs(A, B, M, cnt)
         return cnt, None
     hits = int(got.sum())  # every hit recorded
-    ptr = np.empty(M.nnz + 1, dtype=np.int64)
     ia, ib = np.empty(hits, dtype=idx), np.empty(hits, dtype=idx)
+    if hits == 0:  # a structurally empty product: zeroed pages, never written
+        return cnt, (np.zeros(M.nnz + 1, dtype=np.int64), ia, ib)
+    ptr = np.empty(M.nnz + 1, dtype=np.int64)
     _scatter(cnt, rq, ra, rb, got, seg, ptr, ia, ib)
     return cnt, (ptr, ia, ib)
 
