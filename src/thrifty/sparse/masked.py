@@ -34,9 +34,7 @@ import scipy.sparse as sp
 from thrifty.sparse.outputs import prefetch
 
 __all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "entry_positions", "kept_entries",
-           "masked_counts",
-           "masked_pairs",
-           "masked_rows", "masked_walk", "walk_chunks"]
+           "masked_counts", "masked_pairs", "masked_rows", "masked_walk", "walk_chunks"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -130,7 +128,7 @@ def _walk_record(aip, aix, bip, bix, mip, mix, bits, cnt, rq, ra, rb, r0, r1, o0
     # that the entry dist ahead in A will walk is prefetched, and its bounds in bip twice
     # as far ahead (across rows: A's entries are contiguous): where those rows lie far
     # apart in memory, the walk waits on each (0.62x the time on random-200000-16,
-    # measured; 1.1x on poisson3d-64, whose rows are near: :func:`_prefetch_distance`)
+    # measured; 1.1-1.4x on poisson3d-64, whose rows are near: :func:`_prefetch_distance`)
     one = np.uint64(1)
     n = o0
     rec = True
