@@ -16,9 +16,17 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.sparse_run import specialize
-from thrifty.sparse import lower_matmul
+from thrifty.sparse import lower_matmul, masked
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.masked import masked_counts, masked_pairs, masked_rows, masked_walk, walk_chunks
+from thrifty.sparse.masked import (
+    entry_positions,
+    kept_entries,
+    masked_counts,
+    masked_pairs,
+    masked_rows,
+    masked_walk,
+    walk_chunks,
+)
 from thrifty.testing import shared_data_dir
 
 PANELS = CostModel(min_task_seconds=1e-7, parallel_seconds=0.0)
@@ -203,6 +211,76 @@ def test_pairs_recorded_in_the_counting_walk_equal_the_fill_walks(n, k, m, d, se
         c2, p2 = masked_walk(A, B, M, hits - 1)
         assert p2 is None
         np.testing.assert_array_equal(c2, cnt)
+
+
+@settings(max_examples=30, deadline=None)
+@given(n=st.integers(1, 30), k=st.integers(1, 30), m=st.integers(1, 30),
+       d=st.floats(0, 0.6), dist=st.integers(1, 9), seed=st.integers(0, 2**16))
+def test_prefetching_walk_equals_the_plain_walk(n, k, m, d, dist, seed):
+    rng = np.random.default_rng(seed)
+    A = _int_csr(n, k, d, rng, 0.2, "float64")
+    B = _int_csr(k, m, d, rng, 0.2, "float64")
+    M = _int_csr(n, m, d, rng, 0.2, "float64")
+    cnt, pairs = masked_walk(A, B, M, 10**6)  # small operands: no prefetch
+    assert masked._prefetch_distance(A, B) == 0
+    real = masked._prefetch_distance
+    try:
+        masked._prefetch_distance = lambda A, B: dist  # the hints, up to past the end
+        cnt2, pairs2 = masked_walk(A, B, M, 10**6)
+    finally:
+        masked._prefetch_distance = real
+    np.testing.assert_array_equal(cnt, cnt2)
+    assert pairs is not None and pairs2 is not None
+    for got, want in zip(pairs2, pairs):
+        np.testing.assert_array_equal(got, want)
+
+
+def test_prefetch_only_where_the_rows_walked_lie_far_apart():
+    n = 200_000
+    rng = np.random.default_rng(0)
+    far = sp.csr_array(sp.random_array((n, n), density=8 / n, format="csr", rng=rng))
+    band = sp.csr_array(sp.diags_array([1.0, 1.0, 1.0], offsets=[-64, -1, 0], shape=(n, n)))
+    assert masked._prefetch_distance(far, far) == masked.PREFETCH_DISTANCE
+    assert masked._prefetch_distance(band, band) == 0
+    assert masked._prefetch_distance(sp.csr_array((n, n)), far) == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 20), m=st.integers(1, 20), d=st.floats(0, 0.8),
+       seed=st.integers(0, 2**16))
+def test_kept_entries_are_the_mask_entries_with_pairs(n, m, d, seed):
+    rng = np.random.default_rng(seed)
+    M = _int_csr(n, m, d, rng, 0.3, "float64")
+    cnt = rng.integers(0, 3, M.nnz) * (rng.random(M.nnz) < 0.5)
+    indptr, indices, ptr = kept_entries(cnt, M)
+    keep = cnt > 0
+    rows = np.repeat(np.arange(n), np.diff(M.indptr))
+    want = sp.csr_array((np.ones(int(keep.sum())), (rows[keep], M.indices[keep])),
+                        shape=M.shape)
+    np.testing.assert_array_equal(indptr, want.indptr)
+    np.testing.assert_array_equal(indices, want.indices)
+    np.testing.assert_array_equal(ptr, np.concatenate([[0], np.cumsum(cnt[keep])]))
+
+
+@settings(max_examples=40, deadline=None)
+@given(n=st.integers(0, 20), m=st.integers(1, 20), d=st.floats(0, 0.8),
+       keep=st.floats(0, 1), seed=st.integers(0, 2**16))
+def test_entry_positions_equal_a_search_of_the_flat_keys(n, m, d, keep, seed):
+    rng = np.random.default_rng(seed)
+    S = _int_csr(n, m, d, rng, 0.3, "float64")
+    R = _int_csr(n, m, d, rng, 0.3, "float64")  # P: some of S's entries, some others
+    P = sp.csr_array(S.multiply(rng.random(S.shape) < keep) + R)
+    P.data[:] = 1.0
+    pos, found = entry_positions(P, S)
+    rows = np.repeat(np.arange(n), np.diff(S.indptr))
+    skeys = rows * m + S.indices
+    keys = np.repeat(np.arange(n), np.diff(P.indptr)) * m + P.indices
+    want = np.isin(keys, skeys)
+    np.testing.assert_array_equal(found, want)
+    np.testing.assert_array_equal(skeys[pos[found]], keys[found])
+    assert S.nnz == 0 or ((pos >= 0) & (pos < S.nnz)).all()
+    with pytest.raises(ValueError, match="same shape"):
+        entry_positions(P, sp.csr_array((n + 1, m)))
 
 
 def test_pairs_past_the_walks_buffers_come_from_a_second_walk():

@@ -120,6 +120,29 @@ def test_fingerprint_depends_on_structure_not_values():
     assert not Pattern.from_sparse(A).same_as(Pattern.from_sparse(C))
 
 
+def test_input_spec_hashes_its_pattern_on_first_use():
+    import thrifty as th
+    from thrifty.runtime.sparse_run import specialize
+
+    A = _random(30, 20, 0.1, 0)
+    tr = th.program(lambda A: A * 2.0).traced(A=A)
+    plan = specialize(tr.graph, {"A": A})
+    spec = plan.inputs["A"]
+    assert spec.fingerprint_ is None  # not hashed at inspection
+    assert spec.fingerprint == structure_fingerprint(A) == spec.fingerprint_
+    assert plan.fingerprint == (("A", structure_fingerprint(A), "float64"),)
+
+
+def test_loose_intersection_is_a_superset_of_the_exact_one():
+    E = Pattern.from_sparse(_random(64, 64, 0.1, 0), block=(8, 8))
+    blocks = Pattern.from_sparse(_random(64, 64, 0.02, 1), block=(8, 8))
+    blocks = Pattern(blocks.shape, blocks.block, blocks.blocks, None)  # elements unknown
+    exact, loose = E.intersect(blocks), E.intersect(blocks, exact=False)
+    assert exact.nnz < loose.nnz == E.nnz
+    d_exact, d_loose = exact.elements.toarray(), loose.elements.toarray()
+    assert not (d_exact & ~d_loose).any()
+
+
 def test_explicit_zeros_are_part_of_the_pattern():
     A = sp.csr_array((np.array([0.0, 1.0]), np.array([0, 1]), np.array([0, 1, 2])),
                      shape=(2, 2))

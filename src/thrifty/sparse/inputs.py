@@ -12,9 +12,9 @@ import scipy.sparse as sp
 from thrifty.errors import PatternError, ShapeError, SpecError
 from thrifty.graph.ir import Node
 from thrifty.sparse import kernels as K
-from thrifty.sparse.pattern import canonical_csr, structure_fingerprint
+from thrifty.sparse.pattern import canonical_csr, index_fingerprint, structure_fingerprint
 
-__all__ = ["InputSpec", "input_spec"]
+__all__ = ["InputSpec", "input_spec", "input_spec_csr"]
 
 CSR_TYPES = (sp.csr_array, sp.csr_matrix)
 
@@ -32,6 +32,11 @@ class InputSpec:
     and the plan holds nothing derived from its pattern, so the result is right for
     whatever those arrays hold, even after an in-place change (a new pattern in new arrays
     is still compared, and rejected).
+
+    ``fingerprint_`` is the pattern's hash (:func:`thrifty.sparse.pattern.index_fingerprint`)
+    when already known; ``None`` until :attr:`fingerprint` is first asked for (hashing
+    every sparse input's indices at inspection cost about as much as a masked product's
+    call, for a figure only plan caches and messages read).
     """
 
     name: str
@@ -39,7 +44,7 @@ class InputSpec:
     shape: tuple[int, ...]
     dtype: str
     sparse: bool
-    fingerprint: str
+    fingerprint_: str | None = field(compare=False)
     indptr: np.ndarray | None = field(default=None, repr=False)
     indices: np.ndarray | None = field(default=None, repr=False)
     pattern_free: bool = False
@@ -48,6 +53,15 @@ class InputSpec:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "np_dtype", np.dtype(self.dtype))  # compared on every run
+
+    @property
+    def fingerprint(self) -> str:
+        """A hash of the input's pattern (its shape for a dense input), computed once."""
+        if self.fingerprint_ is None:
+            assert self.indptr is not None and self.indices is not None  # a sparse input
+            object.__setattr__(self, "fingerprint_",
+                               index_fingerprint(self.shape, self.indptr, self.indices))
+        return self.fingerprint_  # type: ignore[return-value]
 
     def check(self, value: Any) -> Any:
         """The value in the plan's run-time form; raises on a type or pattern mismatch."""
@@ -112,6 +126,13 @@ class InputSpec:
 
 
 def input_spec(node: Node, value: Any) -> InputSpec:
+    """What a plan for ``value`` at input ``node`` expects of that input."""
+    return input_spec_csr(node, value)[0]
+
+
+def input_spec_csr(node: Node, value: Any) -> tuple[InputSpec, sp.csr_array | None]:
+    """:func:`input_spec`, and for a sparse input its value as canonical CSR on the spec's
+    own index arrays (the inspected pattern: canonicalised once)."""
     name = node.name or ""
     if sp.issparse(value) and node.type.ndim == 2:
         C = canonical_csr(value, name)
@@ -120,9 +141,10 @@ def input_spec(node: Node, value: Any) -> InputSpec:
                 K.same_values(value.indices, C.indices):
             # the caller's arrays (canonical already), without keeping them alive
             seen = (weakref.ref(value.indptr), weakref.ref(value.indices))
-        return InputSpec(name, node.id, node.type.shape, node.type.dtype, True,
-                         structure_fingerprint(C), C.indptr.copy(), C.indices.copy(),
-                         False, seen)
+        spec = InputSpec(name, node.id, node.type.shape, node.type.dtype, True,
+                         None, C.indptr.copy(), C.indices.copy(), False, seen)
+        return spec, K.csr_from_parts(C.data, spec.indices, spec.indptr,  # type: ignore[arg-type]
+                                      C.shape)
     return InputSpec(name, node.id, node.type.shape, node.type.dtype, False,
-                     f"dense{node.type.shape}")
+                     f"dense{node.type.shape}"), None
 

@@ -526,6 +526,8 @@ def same_values(a: np.ndarray, b: np.ndarray) -> bool:
     """
     if a.shape != b.shape:
         return False
+    if a.dtype == b.dtype and a.strides == b.strides and a.ctypes.data == b.ctypes.data:
+        return True  # the same memory, read alike (views of one array, say)
     if a.dtype.kind != "i" or b.dtype.kind != "i" or a.ndim != 1:
         return bool(np.array_equal(a, b))
     return bool(_same(a, b))

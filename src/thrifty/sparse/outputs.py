@@ -27,7 +27,7 @@ from numba.core import cgutils, types
 from numba.extending import intrinsic
 
 __all__ = ["BufferPool", "POOL_MIN_BYTES", "ALIGN", "aligned_empty", "is_aligned",
-           "stream_store8", "store_fence", "STREAM_DTYPES", "STREAM_MIN_BYTES"]
+           "stream_store8", "store_fence", "prefetch", "STREAM_DTYPES", "STREAM_MIN_BYTES"]
 
 #: Outputs of at least this many bytes are recycled (:class:`BufferPool`): below it malloc
 #: reuses freed memory anyway.
@@ -162,6 +162,32 @@ def stream_store8(typingctx: Any, arr: Any, idx: Any, v0: Any, v1: Any, v2: Any,
         st = builder.store(vec, builder.bitcast(ptr, vt.as_pointer()),
                            align=8 * arrty.dtype.bitwidth // 8)
         st.set_metadata("nontemporal", _nontemporal(builder))
+        return context.get_dummy_value()
+
+    return sig, codegen
+
+
+@intrinsic
+def prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
+    """A hint to bring ``arr[idx]`` into cache (read, kept: ``llvm.prefetch``); no effect
+    on results (LLVM: a prefetch never changes the program's behaviour, and does not fault
+    on an address outside ``arr``)."""
+    if not isinstance(arr, types.Array) or arr.ndim != 1 or \
+            not isinstance(idx, types.Integer):
+        return None
+    sig = types.void(arr, idx)
+
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        arrty = signature.args[0]
+        ary = context.make_array(arrty)(context, builder, args[0])
+        i = context.cast(builder, args[1], signature.args[1], types.intp)
+        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False,
+                                       boundscheck=False)
+        i32 = ir.IntType(32)
+        fn = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
+            "llvm.prefetch.p0")
+        builder.call(fn, [ptr, i32(0), i32(3), i32(1)])  # read, high locality, data
         return context.get_dummy_value()
 
     return sig, codegen

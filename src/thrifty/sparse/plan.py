@@ -51,7 +51,6 @@ class SparsePlan:
         self.executed_flops = int(executed)
         self.inspect_seconds = float(inspect_seconds)
         self.cost = cost
-        self.fingerprint = tuple((n, s.fingerprint, s.dtype) for n, s in self.inputs.items())
         self.parallel = any(len(taskgraph.successors(t)) > 1 for t in taskgraph.order) or \
             sum(1 for t in taskgraph.order if not taskgraph.predecessors(t)) > 1
         # the per-call path, prepared once: input names and buffers, each output's dtype
@@ -60,6 +59,11 @@ class SparsePlan:
         self.feed_keys = tuple(self.input_buffer(n) for n in self._names) + tuple(self._consts)
         self.const_values = tuple(self._consts.values())
         self._out_dtypes = tuple(np.dtype(graph[o].type.dtype) for o in graph.outputs)
+
+    @property
+    def fingerprint(self) -> tuple[tuple[str, str, str], ...]:
+        """``(name, pattern fingerprint, dtype)`` per input (the patterns hashed on first use)."""
+        return tuple((n, s.fingerprint, s.dtype) for n, s in self.inputs.items())
 
     def run(self, inputs: Mapping[str, Any], scheduler: Any = None) -> Any:
         """Refused: a SparsePlan is data; the runtime runs it."""

@@ -250,10 +250,13 @@ def _fwd_where(graph: Graph, node: Node, pats: Mapping[int, Pattern], exact: boo
 
 
 def _fwd_intersect(graph: Graph, node: Node, pats: Mapping[int, Pattern],
-                   exact: bool) -> Pattern:
+                   exact: bool, loose: bool = False) -> Pattern:
+    """The inputs' intersection; with ``loose`` (the first pass, every product at block
+    level: the next pass refines it), known elements are not filtered by the blocks of a
+    block-level operand (a superset: :meth:`Pattern.intersect` without ``exact``)."""
     out = Pattern.dense(node.type.shape)
     for i in node.inputs:
-        out = out.intersect(_operand(graph, pats, i, node.type.shape))
+        out = out.intersect(_operand(graph, pats, i, node.type.shape), not loose)
     return out
 
 
@@ -315,6 +318,10 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
     exact = need is None or need.elements is None
     rule = _rule(FORWARD_RULES, node.op, "forward")
     form = _product_form(node)
+    if need is _BLOCKS_ONLY and rule is _fwd_intersect:  # the first pass: a superset
+        return _fwd_intersect(graph, node, pats, exact, loose=True)
+    if need is _BLOCKS_ONLY and form is not None and _masked_by_known(graph, node, pats):
+        return Pattern.dense(shape)  # the first pass: see _masked_by_known
     if exact or need is None or need is _BLOCKS_ONLY or need.shape != shape or form is None:
         return rule(graph, node, pats, exact)  # type: ignore[no-any-return]
     key = (pats[node.inputs[0]], pats[node.inputs[1]], need)
@@ -327,6 +334,23 @@ def _forward_node(graph: Graph, node: Node, pats: Mapping[int, Pattern],
     if memo is not None:
         memo[node.id] = (*key, *res)
     return res[0]
+
+
+def _masked_by_known(graph: Graph, node: Node, pats: Mapping[int, Pattern]) -> bool:
+    """Whether every reader of product ``node`` multiplies it by an operand of its shape
+    whose elements are known already (``(A @ B) * S``): the first pass keeps those
+    elements whole whatever the product's blocks (:func:`_fwd_intersect`, ``loose``),
+    so the product's block-level pattern there would be computed for nothing (a dense
+    one stands in: a superset; the next pass resolves the product on ``S``'s elements)."""
+    users = graph.users(node.id)
+    if not users or node.id in graph.outputs:
+        return False
+    for u in (graph[i] for i in users):
+        if u.op != "mul" or u.type.shape != node.type.shape or not any(
+                j != node.id and j in pats and pats[j].elements is not None
+                and pats[j].shape == node.type.shape for j in u.inputs):
+            return False
+    return True
 
 
 def _product_form(node: Node) -> tuple[bool, bool, bool] | None:

@@ -74,6 +74,7 @@ from dataclasses import replace
 from typing import Any
 
 import numpy as np
+import scipy.sparse as sp
 
 from thrifty.errors import ShapeError, SpecError
 from thrifty.graph.ir import Graph
@@ -82,9 +83,9 @@ from thrifty.sparse import kernels as K
 from thrifty.sparse import registry
 from thrifty.sparse.builder import Builder, input_buffer_id
 from thrifty.sparse.cost import CostModel
-from thrifty.sparse.inputs import InputSpec, input_spec
+from thrifty.sparse.inputs import InputSpec, input_spec_csr
 from thrifty.sparse.lower import fusable_posts, lower_node
-from thrifty.sparse.pattern import canonical_csr
+from thrifty.sparse.pattern import Pattern
 from thrifty.sparse.plan import SparsePlan
 from thrifty.sparse.propagate import propagate
 
@@ -112,22 +113,28 @@ def _pattern_free_inputs(graph: Graph, tasks: Sequence[Task],
     return free
 
 
-def _input_specs(graph: Graph, inputs: Mapping[str, Any]) -> dict[str, InputSpec]:
+def _input_specs(graph: Graph, inputs: Mapping[str, Any]
+                 ) -> tuple[dict[str, InputSpec], dict[str, sp.csr_array]]:
+    """The inputs' specs, and the sparse ones' values as canonical CSR on the specs' own
+    index arrays (the inspected patterns: the caller's arrays may change later)."""
     missing = [n for n in graph.input_names if n not in inputs]
     if missing:
         raise SpecError(f"missing input(s) {missing}; the graph's inputs are "
                         f"{list(graph.input_names)}")
     specs: dict[str, InputSpec] = {}
+    canon: dict[str, sp.csr_array] = {}
     for i in graph.inputs:
         node = graph[i]
-        spec = input_spec(node, inputs[node.name or ""])
+        spec, C = input_spec_csr(node, inputs[node.name or ""])
         specs[spec.name] = spec
+        if C is not None:
+            canon[spec.name] = C
         v = inputs[spec.name]
         vshape = tuple(v.shape) if hasattr(v, "shape") else np.shape(v)
         if vshape != node.type.shape:
             raise ShapeError(f"input {spec.name!r} has shape {vshape}, but the graph was "
                              f"traced for shape {node.type.shape}")
-    return specs
+    return specs, canon
 
 
 def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None = None,
@@ -149,15 +156,10 @@ def specialize(graph: Graph, inputs: Mapping[str, Any], structure: type | None =
     """
     t0 = time.perf_counter()
     cost = cost or CostModel()
-    specs = _input_specs(graph, inputs)
-    # the inspected patterns on the plan's own index arrays (the caller's may change later)
-    canon = {}
-    for n, s in specs.items():
-        if s.sparse:
-            assert s.indptr is not None and s.indices is not None
-            C = canonical_csr(inputs[n], n)
-            canon[n] = K.csr_from_parts(C.data, s.indices, s.indptr, C.shape)  # type: ignore[arg-type]
-    prop = propagate(graph, canon)
+    specs, canon = _input_specs(graph, inputs)
+    # the sparse inputs' patterns, canonical already (not checked again)
+    prop = propagate(graph, {n: Pattern.from_elements(K.csr_from_parts(
+        np.ones(C.nnz, dtype=bool), C.indices, C.indptr, C.shape)) for n, C in canon.items()})
     b = Builder(graph, prop, cost, specs)
     for m, u in fusable_posts(graph).items():
         b.post[m] = (graph[u].op, dict(graph[u].attrs))

@@ -18,6 +18,7 @@ import scipy.sparse as sp
 from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
 from thrifty.sparse import kernels as K
+from thrifty.sparse.masked import entry_positions
 from thrifty.sparse.outputs import STREAM_MIN_BYTES
 
 #: Value dtypes the compiled kernels are built for.
@@ -333,6 +334,9 @@ class Gather:
             if struct.nnz == P.nnz and np.array_equal(struct.indptr, P.indptr) and \
                     np.array_equal(struct.indices, P.indices):
                 self.kind = "same"
+            elif struct.shape == P.shape:  # a search per entry of P, in S's row
+                self.pos, self.found = entry_positions(P, struct)
+                self.kind = "csr"
             else:
                 srows = np.repeat(np.arange(struct.shape[0], dtype=np.int64),
                                   np.diff(struct.indptr))
