@@ -44,7 +44,13 @@ class CostModel:
     threads:
         Worker threads of the threaded scheduler.
     min_task_seconds:
-        A task is split off only when it carries at least this much estimated work.
+        An op is split into row tasks only when it carries at least twice this much
+        estimated work (below that it stays one task in the calling thread).
+    split_seconds:
+        Once split, each task carries at least this much estimated work (or
+        ``min_task_seconds`` where that is smaller): up to :attr:`tasks_per_thread` tasks
+        per thread, so that when the OS deschedules one thread the other takes the work it
+        has not started (``benchmarks/task_split.py``).
     sparse_output_density:
         A result is kept in CSR form below this density, densified above.
     parallel_seconds:
@@ -69,7 +75,15 @@ class CostModel:
         unary op: 1.2 and 0.7 µs measured on one-row panels here).
     tasks_per_thread:
         A row-panel op is split into at most this many tasks per thread (the threads take
-        them from one queue, so a thread that the OS deschedules holds back less work).
+        them from one queue, so a thread that the OS deschedules holds back at most one
+        task's work: two coarse tasks made the call wait for a thread whose core another
+        job held).
+    idle_check:
+        A level of parallel tasks runs on the pool only when a core is idle (fewer threads
+        runnable on the machine than cores: :func:`thrifty.runtime.taskrun.core_idle`),
+        else in the calling thread, its row panels merged into one call: with the other
+        core busy, two threads took 1.0-1.7x one thread's time (``benchmarks/task_split.py``,
+        see the README). ``False``: always on the pool.
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
@@ -85,15 +99,17 @@ class CostModel:
     task_overhead: float = 150e-6
     threads: int = 2
     min_task_seconds: float = 1.0e-3
+    split_seconds: float = 2.5e-4
     sparse_output_density: float = 0.25
     parallel_seconds: float = 1.5e-4
     dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
-    tasks_per_thread: int = 2
+    tasks_per_thread: int = 4
     blas_call: float = 2.0e-6
     panel_call: float = 2.0e-6
     masked_visit: float = 2.5e-9
     chains: bool = True
+    idle_check: bool = True
 
     @property
     def panel_density_threshold(self) -> float:
@@ -118,13 +134,21 @@ class CostModel:
         return 24.0 * n / self.bandwidth
 
     def n_tasks(self, seconds: float) -> int:
-        """How many parallel tasks to split work of ``seconds`` into: a multiple of the
-        threads (three equal tasks on two threads take two tasks' time, a third more than
-        two or four tasks: SpMM on poisson3d-40, k = 16, had been cut into three)."""
+        """How many parallel tasks to split work of ``seconds`` into: one below
+        ``2 * min_task_seconds``; else as many tasks of at least ``split_seconds`` (or
+        ``min_task_seconds`` where smaller) as fit, at most ``tasks_per_thread`` per thread,
+        and a multiple of the threads (three equal tasks on two threads take two tasks'
+        time, a third more than two or four tasks: SpMM on poisson3d-40, k = 16, had been
+        cut into three). Never decreasing in ``seconds``.
+
+        >>> cm = CostModel()
+        >>> [cm.n_tasks(s) for s in (1e-3, 2e-3, 1e-2)]
+        [1, 8, 8]
+        """
         if seconds < 2 * self.min_task_seconds or self.threads <= 1:
             return 1
-        n = int(min(self.tasks_per_thread * self.threads,
-                    max(1, seconds // self.min_task_seconds)))
+        each = min(self.split_seconds, self.min_task_seconds)
+        n = int(min(self.tasks_per_thread * self.threads, max(1, seconds // each)))
         return max(min(n, self.threads), n - n % self.threads)
 
     def chain_seconds(self, nnz: int, n: int, m: int, f_in: int, f_out: int,
