@@ -8,11 +8,11 @@ anyway. This script times, in shuffled interleaved rounds, the same product by p
 differ only in their task split and where the tasks run:
 
 - ``one``: one task in the calling thread (``CostModel(threads=1)``);
-- ``coarse``: the split before: tasks of at least 1 ms, at most two per thread, always on
-  the pool (``idle_check=False``);
-- ``fine``: the default split (tasks of at least 0.25 ms, at most four per thread),
-  always on the pool;
-- ``auto``: the default plan: the fine split on the pool when a core is idle, else its
+- ``coarse``: the default split (tasks of at least 1 ms, at most two per thread), always
+  on the pool (``idle_check=False``), as plans ran before the idle check;
+- ``fine``: tasks of at least 0.25 ms, at most four per thread
+  (``split_seconds=2.5e-4, tasks_per_thread=4``), always on the pool;
+- ``auto``: the default plan: the default split on the pool when a core is idle, else its
   panels merged into one call in the calling thread (``CostModel.idle_check``);
 - ``scipy``: ``A @ x`` (one thread).
 
@@ -52,19 +52,6 @@ CASES = (("poisson3d-64", "spmv", 1), ("random-200000-16", "spmv", 1),
          ("poisson2d-300", "spmm", 16))
 
 
-def _coarse_cost() -> Any:
-    from thrifty.sparse.cost import CostModel
-
-    class CoarseCost(CostModel):  # the split before: >= 1 ms a task, <= 2 tasks a thread
-        def n_tasks(self, seconds: float) -> int:
-            if seconds < 2 * self.min_task_seconds or self.threads <= 1:
-                return 1
-            n = int(min(2 * self.threads, max(1, seconds // self.min_task_seconds)))
-            return max(min(n, self.threads), n - n % self.threads)
-
-    return CoarseCost(threads=2, idle_check=False)
-
-
 def _plan(kernel: str, inp: dict[str, Any], cost: Any) -> Any:
     from thrifty.runtime.sparse_run import specialize
 
@@ -94,8 +81,9 @@ def case(name: str, kernel: str, k: int) -> tuple[dict[str, Callable[[], Any]], 
     A = sb.load(name)
     inp = sb.make_inputs(kernel, A, np.random.default_rng(0), k)
     plans = {"one": _plan(kernel, inp, CostModel(threads=1)),
-             "coarse": _plan(kernel, inp, _coarse_cost()),
-             "fine": _plan(kernel, inp, CostModel(threads=2, idle_check=False)),
+             "coarse": _plan(kernel, inp, CostModel(threads=2, idle_check=False)),
+             "fine": _plan(kernel, inp, CostModel(threads=2, idle_check=False,
+                                                   split_seconds=2.5e-4, tasks_per_thread=4)),
              "auto": _plan(kernel, inp, CostModel(threads=2))}
     ref = A @ (inp["x"] if kernel == "spmv" else inp["X"])
     for p in plans.values():

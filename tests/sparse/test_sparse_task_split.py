@@ -36,10 +36,12 @@ def test_n_tasks_is_monotone_bounded_and_a_multiple_of_the_threads(cm, a, b):
         assert hi / n_hi >= each * (1 - 1e-12)  # each task carries its least share
 
 
-def test_default_split():
+def test_default_and_finer_splits():
     cm = CostModel()
-    assert [cm.n_tasks(s) for s in (0.0, 1.9e-3, 2e-3, 3e-3, 1.0)] == [1, 1, 8, 8, 8]
-    assert CostModel(split_seconds=1e-3).n_tasks(3e-3) == 2  # three tasks: rounded down
+    assert [cm.n_tasks(s) for s in (0.0, 1.9e-3, 2e-3, 3e-3, 4e-3, 1.0)] == [1, 1, 2, 2, 4, 4]
+    fine = CostModel(split_seconds=2.5e-4, tasks_per_thread=4)
+    assert [fine.n_tasks(s) for s in (1.9e-3, 2e-3, 1.0)] == [1, 8, 8]
+    assert CostModel(split_seconds=1e-3, threads=3).n_tasks(4e-3) == 3  # 4 -> the threads
 
 
 @settings(max_examples=100, deadline=None)

@@ -48,9 +48,11 @@ class CostModel:
         estimated work (below that it stays one task in the calling thread).
     split_seconds:
         Once split, each task carries at least this much estimated work (or
-        ``min_task_seconds`` where that is smaller): up to :attr:`tasks_per_thread` tasks
-        per thread, so that when the OS deschedules one thread the other takes the work it
-        has not started (``benchmarks/task_split.py``).
+        ``min_task_seconds`` where that is smaller), up to :attr:`tasks_per_thread` tasks
+        per thread. Finer tasks (0.25 ms, four per thread) were measured against these
+        (1 ms, two per thread) with the other core busy: 0.80-2.02x their time on the pool
+        (median 1.13x; ``benchmarks/task_split.py``, load 8-10, see the README), so they
+        are not the default; with an idle core they were not measured.
     sparse_output_density:
         A result is kept in CSR form below this density, densified above.
     parallel_seconds:
@@ -75,15 +77,14 @@ class CostModel:
         unary op: 1.2 and 0.7 µs measured on one-row panels here).
     tasks_per_thread:
         A row-panel op is split into at most this many tasks per thread (the threads take
-        them from one queue, so a thread that the OS deschedules holds back at most one
-        task's work: two coarse tasks made the call wait for a thread whose core another
-        job held).
+        them from one queue, so a thread that the OS deschedules holds back less work).
     idle_check:
         A level of parallel tasks runs on the pool only when a core is idle (fewer threads
         runnable on the machine than cores: :func:`thrifty.runtime.taskrun.core_idle`),
         else in the calling thread, its row panels merged into one call: with the other
-        core busy, two threads took 1.0-1.7x one thread's time (``benchmarks/task_split.py``,
-        see the README). ``False``: always on the pool.
+        core busy, two threads took 1.0-5.2x one thread's time by median, the merged call
+        0.91-1.18x (``benchmarks/task_split.py``, load 8-10, see the README). ``False``:
+        always on the pool.
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
@@ -99,12 +100,12 @@ class CostModel:
     task_overhead: float = 150e-6
     threads: int = 2
     min_task_seconds: float = 1.0e-3
-    split_seconds: float = 2.5e-4
+    split_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
     parallel_seconds: float = 1.5e-4
     dask_seconds: float = math.inf
     panel_overhead: float = 1.0e-5
-    tasks_per_thread: int = 4
+    tasks_per_thread: int = 2
     blas_call: float = 2.0e-6
     panel_call: float = 2.0e-6
     masked_visit: float = 2.5e-9
@@ -142,8 +143,10 @@ class CostModel:
         cut into three). Never decreasing in ``seconds``.
 
         >>> cm = CostModel()
-        >>> [cm.n_tasks(s) for s in (1e-3, 2e-3, 1e-2)]
-        [1, 8, 8]
+        >>> [cm.n_tasks(s) for s in (1e-3, 2e-3, 3e-3, 1e-2)]
+        [1, 2, 2, 4]
+        >>> CostModel(split_seconds=2.5e-4, tasks_per_thread=4).n_tasks(2e-3)
+        8
         """
         if seconds < 2 * self.min_task_seconds or self.threads <= 1:
             return 1
