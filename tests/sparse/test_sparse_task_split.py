@@ -96,7 +96,7 @@ def test_every_split_equals_the_dense_product_on_every_path(kind, per_thread, th
     if kind == "relu-spmm":
         dense = np.maximum(dense, 0)
     for idle in (True, False):  # pool, or merged into one call in this thread
-        monkeypatch.setattr(taskrun, "core_idle", lambda idle=idle: idle)
+        monkeypatch.setattr(taskrun, "core_idle", lambda helpers, idle=idle: idle)
         np.testing.assert_allclose(plan(A=A, **{name: b}), dense, rtol=1e-12, atol=1e-12)
     np.testing.assert_allclose(plan.run({"A": A, name: b}, scheduler="sync"), dense,
                                rtol=1e-12, atol=1e-12)
@@ -122,5 +122,9 @@ def test_the_merged_call_writes_what_the_panels_write():
 
 def test_core_idle_reads_the_run_queue_or_says_idle(monkeypatch):
     assert taskrun.core_idle() in (True, False)
+    monkeypatch.setattr(taskrun, "_CPUS", 10**6)
+    assert taskrun.core_idle() is True and taskrun.core_idle(3) is True
+    monkeypatch.setattr(taskrun, "_CPUS", 1)  # this thread runs: no core left
+    assert taskrun.core_idle() is False
     monkeypatch.setattr(taskrun, "_LOADAVG", -1)
     assert taskrun.core_idle() is True

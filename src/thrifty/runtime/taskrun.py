@@ -32,17 +32,19 @@ _LOADAVG = _open_loadavg()
 _CPUS = os.cpu_count() or 1
 
 
-def core_idle() -> bool:
-    """Whether a core is idle now: fewer threads runnable on the machine (the caller's
-    included) than it has cores, by the kernel's count in ``/proc/loadavg`` (about 2 µs);
-    ``True`` where that file cannot be read. Both counts are the machine's: in a container
-    on a larger host this says whether the host has an idle core."""
+def core_idle(helpers: int = 1) -> bool:
+    """Whether ``helpers`` cores are idle now: at most as many threads runnable on the
+    machine (the caller's included) as it has cores less ``helpers``, by the kernel's count
+    in ``/proc/loadavg`` (about 2 µs); ``True`` where that file cannot be read. Both counts
+    are the machine's: in a container on a larger host this says whether the host has
+    idle cores."""
     if _LOADAVG < 0:
         return True
     try:
-        return int(os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0]) < _CPUS
+        running = int(os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0])
     except (OSError, ValueError, IndexError):
         return True
+    return running + helpers <= _CPUS
 
 
 _POOLS: dict[int, Any] = {}
@@ -77,8 +79,8 @@ class CompiledGraph:
     process-wide pool plus the calling thread, all taking tasks from one queue); the kernels
     release the GIL (numba ``nogil``, BLAS, scipy).
 
-    With ``idle_check``, such a level runs on the pool only when a core is idle
-    (:func:`core_idle`); else, and in a sequential run, in the calling thread, where the
+    With ``idle_check``, such a level runs on the pool only when ``threads - 1`` cores are
+    idle (:func:`core_idle`); else, and in a sequential run, in the calling thread, where the
     row panels of one op are one call when their class can merge them (a ``merge``
     classmethod: :meth:`thrifty.sparse.tasks.SpmvPanel.merge`), which writes the same
     values: a pooled thread waiting for a busy core made the call wait for it
@@ -139,7 +141,7 @@ class CompiledGraph:
         env: list[Any] = [None] * self.n_slots
         env[:len(feed)] = feed
         for steps, par, free, merged in self.levels:
-            if par and parallel and (not self.idle_check or core_idle()):
+            if par and parallel and (not self.idle_check or core_idle(self.threads - 1)):
                 self._parallel(steps, env)
             elif merged is not None:
                 fn, reads, outs = merged

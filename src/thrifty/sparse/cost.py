@@ -79,8 +79,9 @@ class CostModel:
         A row-panel op is split into at most this many tasks per thread (the threads take
         them from one queue, so a thread that the OS deschedules holds back less work).
     idle_check:
-        A level of parallel tasks runs on the pool only when a core is idle (fewer threads
-        runnable on the machine than cores: :func:`thrifty.runtime.taskrun.core_idle`),
+        A level of parallel tasks runs on the pool only when ``threads - 1`` cores are idle
+        (with two threads: fewer threads runnable on the machine than cores,
+        :func:`thrifty.runtime.taskrun.core_idle`),
         else in the calling thread, its row panels merged into one call: with the other
         core busy, two threads took 1.0-5.2x one thread's time by median, the merged call
         0.91-1.18x (``benchmarks/task_split.py``, load 8-10, see the README). ``False``:
