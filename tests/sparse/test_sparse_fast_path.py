@@ -136,7 +136,8 @@ def test_a_failing_task_in_a_parallel_level_raises(monkeypatch):
     from thrifty.sparse.tasks import SpmvPanel
 
     A = poisson2d(60)
-    plan = _plan(spmv, {"A": A, "x": np.ones(A.shape[0])}, SPLIT)
+    on_pool = CostModel(min_task_seconds=1e-6, parallel_seconds=0.0, idle_check=False)
+    plan = _plan(spmv, {"A": A, "x": np.ones(A.shape[0])}, on_pool)
     original = SpmvPanel.__call__
 
     def flaky(self, out, A, x):

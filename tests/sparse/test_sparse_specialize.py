@@ -195,7 +195,7 @@ def test_taskgraph_is_valid_and_groups_work():
     plan = th.program(lambda A, X: A @ X).specialize(A=A, X=X)
     tg = plan.taskgraph
     panels = [t for t in tg.tasks.values() if t.kernel in ("spmm_csr", "spmm_panel")]
-    assert 2 <= len(panels) <= 2 * plan.cost.threads
+    assert 2 <= len(panels) <= plan.cost.tasks_per_thread * plan.cost.threads
     assert all(t.fn is not None for t in tg.tasks.values())
     assert_eq(plan(A=A, X=X), A @ X)
 

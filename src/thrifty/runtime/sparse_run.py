@@ -60,7 +60,8 @@ class RunnablePlan(SparsePlan):
         self = cls.__new__(cls)
         self.__dict__.update(plan.__dict__)
         self._compiled = CompiledGraph(self.taskgraph, self.feed_keys, self.output_buffers(),
-                                       self.cost.threads, self.cost.parallel_seconds)
+                                       self.cost.threads, self.cost.parallel_seconds,
+                                       self.cost.idle_check)
         self._use_dask = self.parallel and \
             self.taskgraph.total_time() >= self.cost.dask_seconds
         # a plan of one task reading only inputs: its kernel called straight from the
@@ -131,10 +132,12 @@ class RunnablePlan(SparsePlan):
         scheduler:
             Any of :mod:`thrifty.runtime.schedulers`: ``None`` (choose: in process, the
             independent row panels of a level on ``cost.threads`` threads when they carry
-            at least ``cost.parallel_seconds`` of work, or Dask's threaded scheduler when
-            the plan has parallel tasks and at least ``cost.dask_seconds`` of estimated
-            work), ``"sync"`` (the tasks in order in this thread), ``"threads"`` (Dask's
-            threaded scheduler with ``cost.threads`` workers), a
+            at least ``cost.parallel_seconds`` of work and, with ``cost.idle_check``, a
+            core is idle (else in this thread, one call where they merge), or Dask's
+            threaded scheduler when the plan has parallel tasks and at least
+            ``cost.dask_seconds`` of estimated work), ``"sync"`` (the tasks in order in
+            this thread, merged row panels one call), ``"threads"`` (Dask's threaded
+            scheduler with ``cost.threads`` workers), a
             ``dask.distributed.Client`` or an address ``"tcp://HOST:PORT"`` (row panels
             on the workers holding their rows, inputs scattered once per plan and
             cluster: :meth:`distribute`).

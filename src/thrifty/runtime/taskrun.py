@@ -9,6 +9,7 @@ process-wide pool of threads, and a graph of one task is one direct call.
 
 from __future__ import annotations
 
+import os
 import threading
 import uuid
 from collections.abc import Callable, Hashable, Mapping, Sequence
@@ -17,7 +18,33 @@ from typing import Any
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.runtime.schedulers import resolve_scheduler
 
-__all__ = ["CompiledGraph", "run_taskgraph"]
+__all__ = ["CompiledGraph", "core_idle", "run_taskgraph"]
+
+
+def _open_loadavg() -> int:
+    try:
+        return os.open("/proc/loadavg", os.O_RDONLY)
+    except OSError:
+        return -1
+
+
+_LOADAVG = _open_loadavg()
+_CPUS = os.cpu_count() or 1
+
+
+def core_idle(helpers: int = 1) -> bool:
+    """Whether ``helpers`` cores are idle now: at most as many threads runnable on the
+    machine (the caller's included) as it has cores less ``helpers``, by the kernel's count
+    in ``/proc/loadavg`` (about 2 µs); ``True`` where that file cannot be read. Both counts
+    are the machine's: in a container on a larger host this says whether the host has
+    idle cores."""
+    if _LOADAVG < 0:
+        return True
+    try:
+        running = int(os.pread(_LOADAVG, 128, 0).split()[3].split(b"/")[0])
+    except (OSError, ValueError, IndexError):
+        return True
+    return running + helpers <= _CPUS
 
 
 _POOLS: dict[int, Any] = {}
@@ -38,6 +65,10 @@ def _pool(workers: int) -> Any:
     return pool
 
 
+Step = tuple[Callable[..., Any], tuple[int, ...], int]
+Merged = tuple[Callable[..., Any], tuple[int, ...], tuple[int, ...]]
+
+
 class CompiledGraph:
     """A TaskGraph compiled for an in-process run: slots instead of buffer names, and levels
     of tasks that do not depend on each other.
@@ -47,10 +78,19 @@ class CompiledGraph:
     whose estimated time is at least ``parallel_seconds`` runs on ``threads`` threads (a
     process-wide pool plus the calling thread, all taking tasks from one queue); the kernels
     release the GIL (numba ``nogil``, BLAS, scipy).
+
+    With ``idle_check``, such a level runs on the pool only when ``threads - 1`` cores are
+    idle (:func:`core_idle`); else, and in a sequential run, in the calling thread, where the
+    row panels of one op are one call when their class can merge them (a ``merge``
+    classmethod: :meth:`thrifty.sparse.tasks.SpmvPanel.merge`), which writes the same
+    values: a pooled thread waiting for a busy core made the call wait for it
+    (``benchmarks/task_split.py``), and the panels one by one cost more than one call (one
+    thread, minimum of 301 rounds at load 4.7: two and four panels 1.07x, eight 1.14-1.15x
+    one call, on poisson3d-64's SpMV and poisson2d-300's SpMM at k = 16).
     """
 
     def __init__(self, tg: TaskGraph, inputs: Sequence[Hashable], keys: Sequence[Hashable],
-                 threads: int, parallel_seconds: float) -> None:
+                 threads: int, parallel_seconds: float, idle_check: bool = False) -> None:
         slot: dict[Hashable, int] = {b: i for i, b in enumerate(inputs)}
         level: dict[Hashable, int] = {}
         by_level: list[list[Hashable]] = []
@@ -66,8 +106,7 @@ class CompiledGraph:
                 for r in tg.tasks[tid].reads:
                     last_use[r] = lv
         keep = set(keys) | set(inputs)
-        self.levels: list[tuple[tuple[tuple[Callable[..., Any], tuple[int, ...], int], ...],
-                                bool, tuple[int, ...]]] = []
+        self.levels: list[tuple[tuple[Step, ...], bool, tuple[int, ...], Merged | None]] = []
         self.single: tuple[Callable[..., Any], tuple[int, ...]] | None
         for lv, tids in enumerate(by_level):
             steps = []
@@ -83,10 +122,11 @@ class CompiledGraph:
                 sum(tg.tasks[t].time for t in tids) >= parallel_seconds
             free = tuple(slot[b] for b, u in last_use.items()
                          if u == lv and b not in keep)
-            self.levels.append((tuple(steps), par, free))
+            self.levels.append((tuple(steps), par, free, _merged(steps) if par else None))
         self.n_slots = len(slot)
         self.keys = tuple(slot[k] for k in keys)
         self.threads = threads
+        self.idle_check = idle_check
         # one task computing the one output from the feed: called directly
         self.single = None
         if len(self.levels) == 1 and len(self.levels[0][0]) == 1 and \
@@ -100,9 +140,13 @@ class CompiledGraph:
             return [fn(*[feed[r] for r in reads])]
         env: list[Any] = [None] * self.n_slots
         env[:len(feed)] = feed
-        for steps, par, free in self.levels:
-            if par and parallel:
+        for steps, par, free, merged in self.levels:
+            if par and parallel and (not self.idle_check or core_idle(self.threads - 1)):
                 self._parallel(steps, env)
+            elif merged is not None:
+                fn, reads, outs = merged
+                for o, v in zip(outs, fn(*[env[r] for r in reads])):
+                    env[o] = v
             else:
                 for fn, reads, out in steps:
                     env[out] = fn(*[env[r] for r in reads])
@@ -110,8 +154,7 @@ class CompiledGraph:
                 env[f] = None
         return [env[k] for k in self.keys]
 
-    def _parallel(self, steps: Sequence[tuple[Callable[..., Any], tuple[int, ...], int]],
-                  env: list[Any]) -> None:
+    def _parallel(self, steps: Sequence[Step], env: list[Any]) -> None:
         queue = iter(steps)  # a C iterator: next() is atomic under the GIL
 
         def work() -> None:
@@ -132,6 +175,17 @@ class CompiledGraph:
             for f in futures:
                 if not f.cancel():
                     f.result()
+
+
+def _merged(steps: Sequence[Step]) -> Merged | None:
+    """The steps of a level as one call ``(fn, reads, outs)`` when all read the same slots
+    and their class merges them (``type(fn).merge(fns)``: a callable returning each one's
+    result, in order), else ``None``."""
+    merge = getattr(type(steps[0][0]), "merge", None) if steps else None
+    if merge is None or any(r != steps[0][1] for _, r, _ in steps):
+        return None
+    fn = merge([f for f, _, _ in steps])
+    return None if fn is None else (fn, steps[0][1], tuple(o for _, _, o in steps))
 
 
 def run_taskgraph(tg: TaskGraph, feed: Mapping[Any, Any], keys: Sequence[Any],

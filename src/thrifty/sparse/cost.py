@@ -44,7 +44,15 @@ class CostModel:
     threads:
         Worker threads of the threaded scheduler.
     min_task_seconds:
-        A task is split off only when it carries at least this much estimated work.
+        An op is split into row tasks only when it carries at least twice this much
+        estimated work (below that it stays one task in the calling thread).
+    split_seconds:
+        Once split, each task carries at least this much estimated work (or
+        ``min_task_seconds`` where that is smaller), up to :attr:`tasks_per_thread` tasks
+        per thread. Finer tasks (0.25 ms, four per thread) were measured against these
+        (1 ms, two per thread) with the other core busy: 0.80-2.02x their time on the pool
+        (median 1.13x; ``benchmarks/task_split.py``, load 8-10, see the README), so they
+        are not the default; with an idle core they were not measured.
     sparse_output_density:
         A result is kept in CSR form below this density, densified above.
     parallel_seconds:
@@ -70,6 +78,14 @@ class CostModel:
     tasks_per_thread:
         A row-panel op is split into at most this many tasks per thread (the threads take
         them from one queue, so a thread that the OS deschedules holds back less work).
+    idle_check:
+        A level of parallel tasks runs on the pool only when ``threads - 1`` cores are idle
+        (with two threads: fewer threads runnable on the machine than cores,
+        :func:`thrifty.runtime.taskrun.core_idle`),
+        else in the calling thread, its row panels merged into one call: with the other
+        core busy, two threads took 1.0-5.2x one thread's time by median, the merged call
+        0.91-1.18x (``benchmarks/task_split.py``, load 8-10, see the README). ``False``:
+        always on the pool.
     dask_seconds:
         With no scheduler named, plans with parallel tasks and at least this much estimated
         work run on Dask's threaded scheduler; smaller plans run in process (Dask spends
@@ -85,6 +101,7 @@ class CostModel:
     task_overhead: float = 150e-6
     threads: int = 2
     min_task_seconds: float = 1.0e-3
+    split_seconds: float = 1.0e-3
     sparse_output_density: float = 0.25
     parallel_seconds: float = 1.5e-4
     dask_seconds: float = math.inf
@@ -94,6 +111,7 @@ class CostModel:
     panel_call: float = 2.0e-6
     masked_visit: float = 2.5e-9
     chains: bool = True
+    idle_check: bool = True
 
     @property
     def panel_density_threshold(self) -> float:
@@ -118,13 +136,23 @@ class CostModel:
         return 24.0 * n / self.bandwidth
 
     def n_tasks(self, seconds: float) -> int:
-        """How many parallel tasks to split work of ``seconds`` into: a multiple of the
-        threads (three equal tasks on two threads take two tasks' time, a third more than
-        two or four tasks: SpMM on poisson3d-40, k = 16, had been cut into three)."""
+        """How many parallel tasks to split work of ``seconds`` into: one below
+        ``2 * min_task_seconds``; else as many tasks of at least ``split_seconds`` (or
+        ``min_task_seconds`` where smaller) as fit, at most ``tasks_per_thread`` per thread,
+        and a multiple of the threads (three equal tasks on two threads take two tasks'
+        time, a third more than two or four tasks: SpMM on poisson3d-40, k = 16, had been
+        cut into three). Never decreasing in ``seconds``.
+
+        >>> cm = CostModel()
+        >>> [cm.n_tasks(s) for s in (1e-3, 2e-3, 3e-3, 1e-2)]
+        [1, 2, 2, 4]
+        >>> CostModel(split_seconds=2.5e-4, tasks_per_thread=4).n_tasks(2e-3)
+        8
+        """
         if seconds < 2 * self.min_task_seconds or self.threads <= 1:
             return 1
-        n = int(min(self.tasks_per_thread * self.threads,
-                    max(1, seconds // self.min_task_seconds)))
+        each = min(self.split_seconds, self.min_task_seconds)
+        n = int(min(self.tasks_per_thread * self.threads, max(1, seconds // each)))
         return max(min(n, self.threads), n - n % self.threads)
 
     def chain_seconds(self, nnz: int, n: int, m: int, f_in: int, f_out: int,

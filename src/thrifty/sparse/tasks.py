@@ -99,6 +99,43 @@ class SpmmPanel:
             _post_in_place(self.post, view)
         return view
 
+    @classmethod
+    def merge(cls, panels: Sequence[Any]) -> Callable[..., tuple[np.ndarray, ...]] | None:
+        """One call doing the work of ``panels`` (contiguous, in row order, of one dtype
+        and post-op) in the calling thread: their segments in order, the post-op on all
+        rows; it returns each panel's view, the values each panel writes. ``None`` where
+        they do not fit (see :class:`~thrifty.runtime.taskrun.CompiledGraph`)."""
+        if not _contiguous(cls, panels) or \
+                any(p.dtype != panels[0].dtype or not _same_post(p.post, panels[0].post)
+                    for p in panels):
+            return None
+        whole = cls(panels[0].r0, panels[-1].r1, [s for p in panels for s in p.segs],
+                    panels[0].dtype, panels[0].post)
+        return _Merged(whole, tuple((p.r0, p.r1) for p in panels))
+
+
+def _contiguous(cls: type, panels: Sequence[Any]) -> bool:
+    """Whether ``panels`` are all of class ``cls`` and tile one run of rows in order."""
+    return bool(panels) and all(type(p) is cls for p in panels) and \
+        all(a.r1 == b.r0 for a, b in zip(panels, panels[1:]))
+
+
+def _same_post(p: Any, q: Any) -> bool:
+    return p is q or (type(p) is type(q) is Unary and p.op == q.op and p.attrs == q.attrs)
+
+
+class _Merged:
+    """A row-panel task over the rows of several (``whole``), returning the views of the
+    panels ``rows``, as they would have: what :meth:`SpmmPanel.merge` and
+    :meth:`SpmvPanel.merge` return."""
+
+    def __init__(self, whole: Any, rows: tuple[tuple[int, int], ...]) -> None:
+        self.whole, self.rows = whole, rows
+
+    def __call__(self, out: np.ndarray, *args: Any) -> tuple[np.ndarray, ...]:
+        self.whole(out, *args)
+        return tuple(out[r0:r1] for r0, r1 in self.rows)
+
 
 def _post_in_place(post: Callable[[np.ndarray], np.ndarray], view: np.ndarray) -> None:
     """``view[...] = post(view)``; a relu in place (no temporary the size of the panel)."""
@@ -161,6 +198,14 @@ class SpmvPanel:
             return o
         o[...] = _scipy_rows(A, x, r0, r1)
         return o
+
+    @classmethod
+    def merge(cls, panels: Sequence[Any]) -> Callable[..., tuple[np.ndarray, ...]] | None:
+        """As :meth:`SpmmPanel.merge`: one kernel call over the rows of ``panels``."""
+        if not _contiguous(cls, panels) or any(p.dtype != panels[0].dtype for p in panels):
+            return None
+        return _Merged(cls(panels[0].r0, panels[-1].r1, panels[0].dtype),
+                       tuple((p.r0, p.r1) for p in panels))
 
 
 class SpmvWhole:
