@@ -199,9 +199,10 @@ def checkpointed(name: str, model: torch.nn.Module) -> torch.nn.Module:
     return model
 
 
-def measure(module: WithLoss, fn: Any, x: torch.Tensor, be: Any = None) -> dict[str, Any]:
-    """Saved bytes, peaks, flops and gradients of one step of ``fn`` (after a warm-up
-    step), and ``step``: a callable that runs one more (for :func:`time_rounds`)."""
+def saved_counter(module: torch.nn.Module, x: torch.Tensor) -> tuple[Any, dict[Any, int]]:
+    """``(pack, seen)``: a ``saved_tensors_hooks`` pack hook recording in ``seen`` the bytes
+    of each storage saved for backward, once, except the parameters', buffers' and ``x``'s
+    (no activations)."""
     skip = {StorageWeakRef(t.untyped_storage()) for t in [*module.parameters(),
                                                           *module.buffers(), x]}
     seen: dict[Any, int] = {}
@@ -211,6 +212,13 @@ def measure(module: WithLoss, fn: Any, x: torch.Tensor, be: Any = None) -> dict[
         if ref not in skip:
             seen[ref] = t.untyped_storage().nbytes()
         return t
+    return pack, seen
+
+
+def measure(module: WithLoss, fn: Any, x: torch.Tensor, be: Any = None) -> dict[str, Any]:
+    """Saved bytes, peaks, flops and gradients of one step of ``fn`` (after a warm-up
+    step), and ``step``: a callable that runs one more (for :func:`time_rounds`)."""
+    pack, seen = saved_counter(module, x)
 
     def step() -> None:
         module.zero_grad(set_to_none=True)

@@ -133,6 +133,16 @@ class BufferPool:
         return (BufferPool, (self.shape, self.dtype, self.keep, self.min_bytes))
 
 
+def _item_pointer(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+    """The address of ``arr[idx]`` for an intrinsic whose first two arguments are ``arr``
+    (a 1-D array) and ``idx`` (no wraparound, no bounds check: the caller's guarantee)."""
+    arrty = signature.args[0]
+    ary = context.make_array(arrty)(context, builder, args[0])
+    i = context.cast(builder, args[1], signature.args[1], types.intp)
+    return cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False,
+                                    boundscheck=False)
+
+
 def _nontemporal(builder: Any) -> Any:
     return builder.module.add_metadata([ir.Constant(ir.IntType(32), 1)])
 
@@ -150,10 +160,7 @@ def stream_store8(typingctx: Any, arr: Any, idx: Any, v0: Any, v1: Any, v2: Any,
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
         arrty = signature.args[0]
-        ary = context.make_array(arrty)(context, builder, args[0])
-        i = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False,
-                                       boundscheck=False)
+        ptr = _item_pointer(context, builder, signature, args)
         vt = ir.VectorType(context.get_value_type(arrty.dtype), 8)
         vec = ir.Constant(vt, ir.Undefined)
         for q in range(8):
@@ -178,11 +185,7 @@ def prefetch(typingctx: Any, arr: Any, idx: Any) -> Any:
     sig = types.void(arr, idx)
 
     def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
-        arrty = signature.args[0]
-        ary = context.make_array(arrty)(context, builder, args[0])
-        i = context.cast(builder, args[1], signature.args[1], types.intp)
-        ptr = cgutils.get_item_pointer(context, builder, arrty, ary, [i], wraparound=False,
-                                       boundscheck=False)
+        ptr = _item_pointer(context, builder, signature, args)
         i32 = ir.IntType(32)
         fn = cgutils.get_or_insert_function(
             builder.module, ir.FunctionType(ir.VoidType(), [ptr.type, i32, i32, i32]),
