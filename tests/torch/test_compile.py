@@ -268,7 +268,10 @@ def test_joint_taskgraph_sizes():
 @pytest.mark.parametrize("bad", [dict(budget=-0.5), dict(budget="half"),
                                  dict(budget=0.5, partitioner="greedy"),
                                  dict(budget=0.5, offload_bandwidth=0),
-                                 dict(budget=0.5, time_limit=0)])
+                                 dict(budget=0.5, time_limit=0),
+                                 dict(budget=0.5, peak_weight=0),
+                                 dict(budget=0.5, peak_weight=float("inf")),
+                                 dict(budget=0.5, peak_weight="high")])
 def test_bad_arguments(bad):
     with pytest.raises(PlanError):
         tt.backend(**bad)

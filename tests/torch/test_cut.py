@@ -216,8 +216,9 @@ def test_backward_order_and_peak(jg, data):
 
 
 @settings(max_examples=200, deadline=None, derandomize=True)
-@given(jg=joints_with_backward(), frac=st.floats(0.0, 1.0), first=st.booleans())
-def test_lowest_peak_within_fits_and_never_raises_the_peak(jg, frac, first):
+@given(jg=joints_with_backward(), frac=st.floats(0.0, 1.0), first=st.booleans(),
+       weight=st.sampled_from([0.25, 1.0, 3.0, 1e6]))
+def test_lowest_peak_within_fits_and_never_raises_the_peak(jg, frac, first, weight):
     g = jg.graph
 
     def saved(r):
@@ -225,7 +226,8 @@ def test_lowest_peak_within_fits_and_never_raises_the_peak(jg, frac, first):
 
     limit = int(frac * saved(set()))
     cut = cheapest_within(jg, limit, saved, memory_bound_first=first)
-    got = lowest_peak_within(jg, limit, saved, memory_bound_first=first, tries=3)
+    got = lowest_peak_within(jg, limit, saved, memory_bound_first=first, tries=3,
+                             peak_weight=weight)
     assert (got is None) == (cut is None)
     if got is not None:
         assert saved(got) <= limit

@@ -54,6 +54,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import operator
 import time
 import warnings
@@ -95,7 +96,7 @@ class GraphReport:
 def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *,
             partitioner: str = "thrifty", time_limit: float = 2.0,
             method: str = "auto", offload_to: str | None = None,
-            offload_dir: str | None = None) -> Backend:
+            offload_dir: str | None = None, peak_weight: float = 1.0) -> Backend:
     """A ``torch.compile`` backend that saves at most ``budget`` activation bytes.
 
     Parameters
@@ -122,6 +123,10 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     offload_dir:
         With ``offload_to="disk"``: the directory the temporary directory is made in
         (default: the system's temporary directory).
+    peak_weight:
+        How much the modelled peak of the backward counts against the priced recomputation
+        when the cut is refined (:func:`thrifty.torch.cut.lowest_peak_within`): larger
+        values buy a lower step peak with more recomputation (time).
 
     Example
     -------
@@ -135,7 +140,7 @@ def backend(budget: float | int = 1.0, offload_bandwidth: float | None = None, *
     """
     return Backend(budget, offload_bandwidth, partitioner=partitioner,
                    time_limit=time_limit, method=method, offload_to=offload_to,
-                   offload_dir=offload_dir)
+                   offload_dir=offload_dir, peak_weight=peak_weight)
 
 
 class Backend:
@@ -144,7 +149,7 @@ class Backend:
     def __init__(self, budget: float | int, offload_bandwidth: float | None = None, *,
                  partitioner: str = "thrifty", time_limit: float = 2.0,
                  method: str = "auto", offload_to: str | None = None,
-                 offload_dir: str | None = None) -> None:
+                 offload_dir: str | None = None, peak_weight: float = 1.0) -> None:
         if isinstance(budget, bool) or not isinstance(budget, (int, float)) or budget < 0:
             raise PlanError(f"budget is {budget!r}; give a fraction >= 0 (a float, of the "
                             "activation bytes eager training saves) or a number of bytes "
@@ -157,6 +162,10 @@ class Backend:
                             "second > 0, or None to forbid offloading")
         if not time_limit > 0:
             raise PlanError(f"time_limit is {time_limit!r}; it must be seconds > 0")
+        if isinstance(peak_weight, bool) or not isinstance(peak_weight, (int, float)) or \
+                not 0 < peak_weight < math.inf:
+            raise PlanError(f"peak_weight is {peak_weight!r}; give a finite number > 0 (1: "
+                            "the default; larger: a lower peak for more recomputation)")
         if offload_to not in (None, "host", "disk"):
             raise PlanError(f"offload_to is {offload_to!r}; valid: 'host', 'disk', or None")
         if offload_dir is not None and offload_to != "disk":
@@ -175,6 +184,7 @@ class Backend:
         self.partitioner = partitioner
         self.time_limit = float(time_limit)
         self.method = method
+        self.peak_weight = float(peak_weight)
         self.reports: list[GraphReport] = []
         #: Context managers entered around every run of a compiled forward or backward
         #: graph (e.g. a ``TorchDispatchMode`` that measures memory inside them only).
@@ -328,7 +338,8 @@ class Backend:
         cut = None
         if self.method in ("auto", "cut"):
             cut = lowest_peak_within(jg, limit, lambda r: _saved_bytes(jg, r),
-                                     memory_bound_first=limit < report.eager_saved)
+                                     memory_bound_first=limit < report.eager_saved,
+                                     peak_weight=self.peak_weight)
         if self.method != "cut" and (cut is None or self.offload_bandwidth is not None):
             if _saved_bytes(jg, set()) <= limit and cut is None:
                 report.planner = "none needed"

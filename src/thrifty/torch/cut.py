@@ -266,16 +266,17 @@ def backward_peak(jg: JointGraph, recompute: set[Hashable]) -> int:
 
 def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int = 24,
                        memory_bound_first: bool = False, tries: int = 12,
-                       starts: int = 4) -> set[Hashable] | None:
+                       starts: int = 4, peak_weight: float = 1.0) -> set[Hashable] | None:
     """A recompute set that saves at most ``limit`` bytes (``saved(recompute)``) with a
     low modelled backward peak (:func:`backward_peak`); ``None`` when no partition fits.
 
-    The objective is the modelled peak plus the recomputation's :func:`price` at the price
-    ``lam`` of :func:`cheapest_within`'s cut (bytes of peak against priced recomputation,
-    as the cut weighs saved bytes). From that cut, from up to ``starts - 1`` other cuts of
-    its bisection that fit (the last ones met: near the limit) and from the cuts at the
-    prices ``lam / SPREAD**k`` (``k < starts``: dearer in recomputation, fewer saved
-    bytes), a local search changes one task at a time: it tries up to ``tries`` of the
+    The objective is ``peak_weight`` times the modelled peak plus the recomputation's
+    :func:`price` at the price ``lam`` of :func:`cheapest_within`'s cut (bytes of peak
+    against priced recomputation, as the cut weighs saved bytes; a larger ``peak_weight``
+    buys a lower peak with more recomputation). From that cut, from up to ``starts - 1``
+    other cuts of its bisection that fit (the last ones met: near the limit) and from the
+    cuts at the prices ``lam / SPREAD**k`` (``k < starts``: dearer in recomputation, fewer
+    saved bytes), a local search changes one task at a time: it tries up to ``tries`` of the
     forward tasks whose values are alive at the modelled peak (the largest first):
     recomputing a saved one, or saving a recomputed one (which breaks a chain of
     recomputation held at once), each only where the saved bytes stay within ``limit`` and
@@ -300,31 +301,32 @@ def lowest_peak_within(jg: JointGraph, limit: int, saved: Any, iterations: int =
     rank = {t: k / len(fwd) for k, t in enumerate(fwd)}
     cost = {t: price(g.tasks[t], lam, rank[t], memory_bound_first) for t in fwd
             if not g.tasks[t].attrs["random"]}
-    results = [_descend(jg, r, limit, saved, cost, tries) for r in begin]
+    results = [_descend(jg, r, limit, saved, cost, tries, peak_weight) for r in begin]
     ceiling = results[0][0]
     return min((r for r in results if r[0] <= ceiling), key=lambda r: r[1])[2]
 
 
 def _descend(jg: JointGraph, recompute: set[Hashable], limit: int, saved: Any,
-             cost: dict[Hashable, int], tries: int) -> tuple[int, int, set[Hashable]]:
+             cost: dict[Hashable, int], tries: int,
+             weight: float = 1.0) -> tuple[int, float, set[Hashable]]:
     """:func:`lowest_peak_within`'s local search from ``recompute``: its (peak, objective,
     recompute set)."""
     g = jg.graph
     peak, alive, recompute = _simulate(jg, recompute)
-    obj = peak + sum(cost[t] for t in recompute)
+    obj = weight * peak + sum(cost[t] for t in recompute)
     while True:
         gain: dict[Hashable, int] = {}
         for b in alive:
             p = g.buffers[b].producer
             if p is not None and p in cost:
                 gain[p] = gain.get(p, 0) + g.buffers[b].size
-        best: tuple[int, int, set[Hashable], set[Hashable]] | None = None
+        best: tuple[float, int, set[Hashable], set[Hashable]] | None = None
         for t in sorted(gain, key=lambda t: -gain[t])[:tries]:
             r = recompute - {t} if t in recompute else recompute | {t}
             if saved(r) > limit:
                 continue
             p, a, r = _simulate(jg, r)
-            o = p + sum(cost[u] for u in r)
+            o = weight * p + sum(cost[u] for u in r)
             if p <= peak and o < obj and (best is None or o < best[0]):
                 best = (o, p, a, r)
         if best is None:
