@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.errors import PatternError
-from thrifty.sparse.colwise import ColSums, SpmvT
+from thrifty.sparse.colwise import ColSums, RowSums, SpmvT
 
 SETTINGS = settings(max_examples=60, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -61,6 +61,8 @@ def test_kernels_equal_the_dense_products(case):
     sums = ColSums("float64", (m,))(A)
     np.testing.assert_array_equal(sums, _dense(A).sum(axis=0))
     np.testing.assert_array_equal(ColSums("float64", (1, m))(A), _dense(A).sum(axis=0)[None])
+    np.testing.assert_array_equal(RowSums("float64", (n,))(A), _dense(A).sum(axis=1))
+    np.testing.assert_array_equal(RowSums("float64", (n, 1))(A), _dense(A).sum(axis=1)[:, None])
 
 
 def _colsums(keepdims: bool) -> th.Program:
@@ -96,6 +98,29 @@ def test_plans_equal_the_dense_reference(case):
         np.testing.assert_array_equal(got, want)
 
 
+def _rowsums(keepdims: bool) -> th.Program:
+    return th.program(lambda A: A.sum(axis=1, keepdims=keepdims))
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(matrices(canonical=True, dtypes=("float32", "float64", "int64", "complex128")))
+def test_row_sum_plans_equal_the_dense_reference(case):
+    """``A.sum(axis=1)`` by ``rowsum_csr`` (float32 left to the einsum form, as the column
+    sums): the values and dtype of the dense reference, and exactly the einsum form's sums
+    (each row's values added in CSR order)."""
+    A, dtype = case
+    n, m = A.shape
+    D = _dense(A).astype(dtype)
+    for keep in (False, True):
+        want = D.sum(axis=1, keepdims=keep)
+        plan = _rowsums(keep).specialize(A=A)
+        expect = "rowsum_csr" if dtype != "float32" else "einsum_coo"
+        assert plan.report()["kernels"] == {expect: 1}
+        got = plan(A=A)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)  # small integers: exact
+
+
 def test_int32_and_bool_sums_are_exact_and_typed_as_numpy():
     A = sp.csr_array(np.array([[2**30, 0, 1], [2**30, 5, 0], [2**30, 0, 0]], dtype=np.int32))
     got = th.program(lambda A: A.sum(axis=0))(A=A)
@@ -105,6 +130,12 @@ def test_int32_and_bool_sums_are_exact_and_typed_as_numpy():
     B = sp.csr_array(np.array([[True, False], [True, True]]))
     np.testing.assert_array_equal(th.program(lambda B: B.sum(axis=0))(B=B),
                                   B.toarray().sum(axis=0))
+    got = th.program(lambda A: A.sum(axis=1))(A=A)
+    want = A.toarray().sum(axis=1)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(th.program(lambda B: B.sum(axis=1))(B=B),
+                                  B.toarray().sum(axis=1))
 
 
 BAD = [-1, -2**31, 2**31 - 1, 2**40]
@@ -127,7 +158,8 @@ def test_malformed_index_arrays_are_refused(case, data):
     B = A.copy()
     B.indptr, B.indices = indptr, indices
     y = np.ones(n, dtype=dtype)
-    for call in (lambda: SpmvT(dtype)(y, B), lambda: ColSums("float64", (m,))(B)):
+    for call in (lambda: SpmvT(dtype)(y, B), lambda: ColSums("float64", (m,))(B),
+                 lambda: RowSums("float64", (n,))(B)):
         if ok:
             call()
         else:

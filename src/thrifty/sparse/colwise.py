@@ -1,5 +1,7 @@
 """Column-wise kernels over CSR arrays: ``A.T @ x`` (the einsum ``ij,i->j``) and the
-column sums of ``A`` (``A.sum(axis=0)``, the einsum ``ij->j``), with no transpose built.
+column sums of ``A`` (``A.sum(axis=0)``, the einsum ``ij->j``), with no transpose built;
+and beside them the row sums (``A.sum(axis=1)``, ``ij->i``: each row's stored values in
+order, one pass over the values and row pointers, no index read).
 
 Both walk the stored entries in CSR order once and scatter into the output by column index
 (the CSC matrix-vector product of scipy's ``csc_matvec`` run on ``A.T``, whose CSC arrays
@@ -19,6 +21,8 @@ Example
 [1.0, 30.0, 42.0]
 >>> ColSums("float64", (3,))(A).tolist()
 [1.0, 3.0, 6.0]
+>>> RowSums("float64", (2,))(A).tolist()
+[3.0, 7.0]
 """
 
 from __future__ import annotations
@@ -31,7 +35,7 @@ import scipy.sparse as sp
 
 from thrifty.sparse import kernels as K
 
-__all__ = ["ColSums", "SpmvT", "colsum_dtype_ok", "spmv_t_dtype_ok"]
+__all__ = ["ColSums", "RowSums", "SpmvT", "colsum_dtype_ok", "spmv_t_dtype_ok"]
 
 _jit = numba.njit(nogil=True, cache=True, fastmath=False)
 
@@ -91,6 +95,38 @@ def _colsums(indptr, indices, data, out):  # pragma: no cover - compiled
     return np.int64(-1)
 
 
+@_jit
+def _rowsums(indptr, indices, data, m, out):  # pragma: no cover - compiled
+    # out[i] = the stored values of row i added in order (what np.bincount of the rows'
+    # entries in CSR order gives), each entry's column checked below m; returns -1, or the
+    # first row whose pointers or columns are out of range (nothing summed there)
+    n = out.shape[0]
+    n_val = np.uint64(min(indices.shape[0], data.shape[0]))
+    mm = np.uint64(m)
+    if indptr.shape[0] <= n:
+        return np.int64(0)
+    lo = np.uint64(indptr[0])
+    if lo > n_val:
+        return np.int64(0)
+    if n == 0:
+        return np.int64(-1)
+    out[0] = 0
+    zero = out[0]  # a zero of the output's dtype
+    one = np.uint64(1)
+    for i in range(n):
+        hi = np.uint64(indptr[i + one])
+        if hi < lo or hi > n_val:
+            return np.int64(i)
+        s = zero
+        for q in range(lo, hi):
+            if np.uint64(indices[q]) >= mm:
+                return np.int64(i)
+            s += data[q]
+        out[i] = s
+        lo = hi
+    return np.int64(-1)
+
+
 #: Output dtypes the column sums are compiled for: those whose sequential sum is what the
 #: reference computes (float32 sums are pairwise in numpy: left to the einsum form).
 _COLSUM_DTYPES = frozenset({"float64", "complex128", "int64"})
@@ -142,4 +178,20 @@ class ColSums:
         indptr, indices, data = _csr_arrays(A)
         out = np.empty(A.shape[1], dtype=self.dtype)
         K.raise_bad_row(_colsums(indptr, indices, data, out), A.shape[1])
+        return out.reshape(self.shape)
+
+
+class RowSums:
+    """The row sums of a CSR ``A`` (the ``rowsum_csr`` kernel): ``A.sum(axis=1)``, laid out
+    in ``shape`` (``(n,)``, or ``(n, 1)`` with ``keepdims``); each row's values added in
+    order (each column index checked, as the other kernels check theirs)."""
+
+    def __init__(self, dtype: str, shape: tuple[int, ...]) -> None:
+        self.dtype, self.shape = dtype, tuple(shape)
+
+    def __call__(self, A: Any) -> np.ndarray:
+        indptr, indices, data = _csr_arrays(A)
+        out = np.empty(A.shape[0], dtype=self.dtype)
+        K.raise_bad_row(_rowsums(indptr, indices, data.astype(self.dtype, copy=False),
+                                 A.shape[1], out), A.shape[1])
         return out.reshape(self.shape)

@@ -206,8 +206,8 @@ def _csr_operand(b: Builder, node: Node, k: int = 0) -> sp.csr_array | None:
 
 def lower_sum(b: Builder, node: Node) -> Value | None:
     """``sum`` over rows, columns or both of a CSR matrix: the einsum ``ij->i`` (``ij->j``,
-    ``ij->``) over its stored entries; the column sums (``ij->j``) by ``colsum_csr`` where
-    its dtypes allow."""
+    ``ij->``) over its stored entries; the column sums (``ij->j``) by ``colsum_csr`` and the
+    row sums (``ij->i``) by ``rowsum_csr`` where their dtypes allow."""
     S = _csr_operand(b, node)
     axes = normalize_axes(node.attrs["axis"], 2, "sum")
     if S is None or not axes or node.type.dtype == "bool":
@@ -219,6 +219,13 @@ def lower_sum(b: Builder, node: Node) -> Value | None:
                      {"dtype": node.type.dtype, "shape": node.type.shape},
                      [b.values[node.inputs[0]].buffer], node.type.nbytes,
                      registry.seconds("colsum_csr", b.cost, nnz=S.nnz), node.id)
+        return Value(tid, "dense")
+    if out == "i" and colsum_dtype_ok(b.graph[node.inputs[0]].type.dtype, node.type.dtype):
+        b.flops(S.nnz)  # the row sums: one pass over the values by the row pointers
+        tid = b.task(f"v{node.id}", "rowsum_csr",
+                     {"dtype": node.type.dtype, "shape": node.type.shape},
+                     [b.values[node.inputs[0]].buffer], node.type.nbytes,
+                     registry.seconds("rowsum_csr", b.cost, nnz=S.nnz), node.id)
         return Value(tid, "dense")
     rel = build_relation(["ij"], {"i": S.shape[0], "j": S.shape[1]}, out, {0: S})
     plan = einsum_plan(rel, ["ij"], out, {"i": S.shape[0], "j": S.shape[1]}, None,
