@@ -87,19 +87,26 @@ def test_plans_equal_the_dense_reference(case):
         got = plan(A=A, y=y)
         assert type(got) is np.ndarray and got.dtype == want.dtype and got.shape == (m,)
         np.testing.assert_array_equal(got, want)
-    for keep in (False, True):
-        want = D.sum(axis=0, keepdims=keep)
-        plan = _colsums(keep).specialize(A=A)
-        # float32: numpy sums pairwise, left to the einsum form
-        expect = "colsum_csr" if dtype != "float32" else "einsum_coo"
-        assert plan.report()["kernels"] == {expect: 1}
-        got = plan(A=A)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)
+    _check_sums(A, D, dtype, axis=0)
 
 
 def _rowsums(keepdims: bool) -> th.Program:
     return th.program(lambda A: A.sum(axis=1, keepdims=keepdims))
+
+
+def _check_sums(A: sp.csr_array, D: np.ndarray, dtype: str, axis: int) -> None:
+    """The plans of ``A.sum(axis)`` (with and without ``keepdims``) run the compiled kernel
+    of that axis (float32: numpy sums pairwise, left to the einsum form) and equal the
+    dense sums in values, dtype and shape."""
+    program, kernel = (_colsums, "colsum_csr") if axis == 0 else (_rowsums, "rowsum_csr")
+    for keep in (False, True):
+        want = D.sum(axis=axis, keepdims=keep)
+        plan = program(keep).specialize(A=A)
+        expect = kernel if dtype != "float32" else "einsum_coo"
+        assert plan.report()["kernels"] == {expect: 1}
+        got = plan(A=A)
+        assert got.dtype == want.dtype and got.shape == want.shape
+        np.testing.assert_array_equal(got, want)  # small integers: exact
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -109,16 +116,7 @@ def test_row_sum_plans_equal_the_dense_reference(case):
     sums): the values and dtype of the dense reference, and exactly the einsum form's sums
     (each row's values added in CSR order)."""
     A, dtype = case
-    n, m = A.shape
-    D = _dense(A).astype(dtype)
-    for keep in (False, True):
-        want = D.sum(axis=1, keepdims=keep)
-        plan = _rowsums(keep).specialize(A=A)
-        expect = "rowsum_csr" if dtype != "float32" else "einsum_coo"
-        assert plan.report()["kernels"] == {expect: 1}
-        got = plan(A=A)
-        assert got.dtype == want.dtype and got.shape == want.shape
-        np.testing.assert_array_equal(got, want)  # small integers: exact
+    _check_sums(A, _dense(A).astype(dtype), dtype, axis=1)
 
 
 def test_int32_and_bool_sums_are_exact_and_typed_as_numpy():

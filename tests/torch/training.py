@@ -6,13 +6,10 @@ live bytes inside compiled graphs: :class:`GraphPeaks`."""
 
 from __future__ import annotations
 
-import weakref
-
 from torch.multiprocessing.reductions import StorageWeakRef
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 import torch
+from thrifty.torch.live import LiveBytes
 
 
 class WithLoss(torch.nn.Module):
@@ -56,42 +53,6 @@ def train(module, fn, x, steps=2):
                                             module.named_parameters()}))
         opt.step()
     return out, {n: p.detach().clone() for n, p in module.named_parameters()}
-
-
-class LiveBytes(TorchDispatchMode):
-    """Peak bytes of the storages ATen ops allocate and that are alive at once (a storage
-    counts from the op that makes it until its last tensor dies; an op's output on a
-    storage made outside the mode allocated nothing)."""
-
-    def __init__(self):
-        super().__init__()
-        self.refs, self.size = {}, {}
-        self.cur = self.peak = 0
-
-    def _drop(self, key):
-        self.refs[key] -= 1
-        if self.refs[key] == 0:
-            del self.refs[key]
-            self.cur -= self.size.pop(key)
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        old = {a.untyped_storage().data_ptr() for a in tree_leaves((args, kwargs))
-               if isinstance(a, torch.Tensor)}
-        for t in tree_leaves(out):
-            if isinstance(t, torch.Tensor):
-                s = t.untyped_storage()
-                key = s.data_ptr()
-                if key == 0 or (key in old and key not in self.refs):
-                    continue
-                if key not in self.refs:
-                    self.refs[key] = 0
-                    self.size[key] = s.nbytes()
-                    self.cur += s.nbytes()
-                    self.peak = max(self.peak, self.cur)
-                self.refs[key] += 1
-                weakref.finalize(t, self._drop, key)
-        return out
 
 
 class GraphPeaks:
