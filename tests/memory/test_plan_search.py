@@ -136,3 +136,27 @@ def test_nn_like_within_one_point_of_the_milp_optimum():
     r = check(g, ours, b)
     assert r.makespan >= simulate(g, mp).makespan - 1e-9  # the optimum is a true bound
     assert r.makespan / total <= simulate(g, mp).makespan / total + 0.01
+
+
+@pytest.mark.parametrize("bw", [None, 1e3])
+@pytest.mark.parametrize("seed", range(4))
+def test_the_one_evictable_buffer_is_found_among_many_resident(seed, bw):
+    # 1,000 results stay resident (a sampled pass sees 64 of them and the farthest next
+    # uses, all results); the only buffer that can make room for w's workspace is x, read
+    # again soon: a pass that looked at its sample only would call the budget too small
+    n = 1000
+    tasks = [Task("t0", writes=("x",), time=1.0)]
+    tasks += [Task(f"r{k}", writes=(f"y{k}",), time=1.0) for k in range(n)]
+    tasks += [Task("w", workspace=150, time=1.0),
+              Task("u", reads=("x",), writes=("z",), time=1.0)]
+    bufs = [Buffer("x", 100, "t0"), Buffer("z", 1, "u")]
+    bufs += [Buffer(f"y{k}", 1, f"r{k}") for k in range(n)]
+    g = TaskGraph(tasks, bufs, results=[f"y{k}" for k in range(n)] + ["z"])
+    order = [t.id for t in tasks]
+    budget = n + 150  # x (100 bytes) does not fit beside the results and w's workspace
+    with pytest.raises(NoRoom):
+        evict_plan(g, order, budget - 1, bw, Policy(seed=seed, offload=False))
+    p = evict_plan(g, order, budget, bw, Policy(seed=seed, offload=bw is not None))
+    sim = simulate(g, p, offload_bandwidth=bw)
+    assert sim.peak <= budget
+    assert any(s.op in ("free", "offload") and s.target == "x" for s in p.steps)

@@ -230,6 +230,22 @@ def test_offload_plan_runs_through_pytorch_activation_offloading(eager):
         assert torch.equal(g, ref_steps[0][2][k]), k
 
 
+def test_offload_plan_at_budget_zero_saves_nothing_on_the_device(eager):
+    """At budget 0 with a copy stream, everything the backward needs is offloaded or
+    recomputed (layer norm's statistics are outputs of a multi-output op, never offloaded:
+    they are recomputed), instead of the fallback that recomputes the whole forward at the
+    backward's start."""
+    start, x, (ref_steps, _) = eager("attention")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=0.0, offload_bandwidth=1e12, time_limit=1.0)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
+    (r,) = be.reports
+    assert not r.fallback and r.planner != "cut" and r.saved == 0 and r.offloaded > 0
+    for k, g in steps[0][2].items():
+        assert torch.equal(g, ref_steps[0][2][k]), k
+
+
 def test_integer_budget_is_bytes(eager):
     start, x, (ref_steps, _) = eager("mlp")
     m = WithLoss(copy.deepcopy(start))

@@ -425,6 +425,9 @@ class _Builder:
     def make_room(self, need: int) -> None:
         while self.mem + need > self.budget:
             choice = self.choose()
+            if choice is None and len(self.resident) > _SCAN_LIMIT:
+                # the candidates were a sample: every resident buffer before giving up
+                choice = self.choose(every=True)
             if choice is None:
                 raise NoRoom(f"needs {self.mem + need} bytes at task "
                              f"{self.order[self.cur]!r}, nothing left to evict")
@@ -434,13 +437,13 @@ class _Builder:
             else:
                 self.emit_offload(b)
 
-    def candidates(self) -> list[Hashable]:
-        """Resident buffers that may be evicted: all of them when few; else a seeded sample
-        (as DTR samples), plus, with look-ahead, those whose next use is farthest (a lazy
-        max-heap on the next-use position: Belady's order)."""
+    def candidates(self, every: bool = False) -> list[Hashable]:
+        """Resident buffers that may be evicted: all of them when few (or ``every``); else a
+        seeded sample (as DTR samples), plus, with look-ahead, those whose next use is
+        farthest (a lazy max-heap on the next-use position: Belady's order)."""
         pinned = self.pins.count
         results = () if self.bw is not None else self.results  # results leave by offload
-        if len(self.resident) <= _SCAN_LIMIT:
+        if every or len(self.resident) <= _SCAN_LIMIT:
             return [b for b in self.resident.items if not pinned.get(b) and b not in results]
         out = [b for b in self.resident.sample(self.rng, _SCAN_LIMIT)
                if not pinned.get(b) and b not in results]
@@ -473,14 +476,14 @@ class _Builder:
         self.tick += 1
         heapq.heappush(self.heap, (key, self.tick, b))
 
-    def choose(self) -> tuple[Hashable, str] | None:
+    def choose(self, every: bool = False) -> tuple[Hashable, str] | None:
         best: tuple[float, Hashable, str] | None = None
         pol = self.policy
         force, size, results, uses, cum = pol.force, self.size, self.results, self.uses, self.cum
         cur, lookahead, recompute, offload = self.cur, pol.lookahead, pol.recompute, self.bw
         left, right = bisect.bisect_left, bisect.bisect_right
         here = cum[cur + 1]
-        for b in self.candidates():
+        for b in self.candidates(every):
             how = force.get(b)
             if how == "keep" or size[b] == 0:
                 continue
