@@ -218,16 +218,23 @@ def test_offload_plan_runs_through_pytorch_activation_offloading(eager):
     forward graph, back in the backward graph) and the training stays exact. On a CPU-only
     machine the host is the device: the bytes move nowhere, so only the plan's accounting
     (``saved`` on the device, ``offloaded`` on the host) is checked here."""
-    start, x, (ref_steps, _) = eager("attention")
-    m = WithLoss(copy.deepcopy(start))
-    be = tt.backend(budget=0.3, offload_bandwidth=1e12, time_limit=1.0)
-    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
-    torch._dynamo.reset()
-    (r,) = be.reports
+    r = _offloading_step(eager, 0.3)
     assert not r.fallback and r.offloaded > 0 and r.saved <= r.budget
     assert r.saved + r.offloaded >= 0.3 * r.eager_saved
+
+
+def _offloading_step(eager, budget):
+    """One training step of the attention model at ``budget`` with a fast copy stream: its
+    gradients checked against eager's, its one graph's report returned."""
+    start, x, (ref_steps, _) = eager("attention")
+    m = WithLoss(copy.deepcopy(start))
+    be = tt.backend(budget=budget, offload_bandwidth=1e12, time_limit=1.0)
+    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
+    torch._dynamo.reset()
     for k, g in steps[0][2].items():
         assert torch.equal(g, ref_steps[0][2][k]), k
+    (r,) = be.reports
+    return r
 
 
 def test_offload_plan_at_budget_zero_saves_nothing_on_the_device(eager):
@@ -235,15 +242,8 @@ def test_offload_plan_at_budget_zero_saves_nothing_on_the_device(eager):
     recomputed (layer norm's statistics are outputs of a multi-output op, never offloaded:
     they are recomputed), instead of the fallback that recomputes the whole forward at the
     backward's start."""
-    start, x, (ref_steps, _) = eager("attention")
-    m = WithLoss(copy.deepcopy(start))
-    be = tt.backend(budget=0.0, offload_bandwidth=1e12, time_limit=1.0)
-    steps, _ = train(m, torch.compile(m, backend=be), x, steps=1)
-    torch._dynamo.reset()
-    (r,) = be.reports
+    r = _offloading_step(eager, 0.0)
     assert not r.fallback and r.planner != "cut" and r.saved == 0 and r.offloaded > 0
-    for k, g in steps[0][2].items():
-        assert torch.equal(g, ref_steps[0][2][k]), k
 
 
 def test_integer_budget_is_bytes(eager):
