@@ -1,0 +1,165 @@
+"""A CSR operand holding every entry (a dense matrix stored as sparse): its products as the
+dense matrix, the pattern still checked on every call, and near-full patterns against
+dense numpy."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import scipy.sparse as sp
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import thrifty as th
+from thrifty.runtime.sparse_run import specialize
+from thrifty.sparse import kernels as K
+
+SETTINGS = settings(max_examples=40, deadline=None,
+                    suppress_health_check=[HealthCheck.too_slow])
+DTYPES = ["float64", "float32", "complex128", "int64", "int32"]
+
+product = th.program(lambda A, X: A @ X)
+
+
+def _plan(inputs):
+    tr = product.traced(**inputs)
+    return specialize(tr.graph, inputs, structure=tr.structure)
+
+
+def _full(D: np.ndarray, index_dtype: str = "int32") -> sp.csr_array:
+    """``D`` as CSR holding every entry (its zeros stored too)."""
+    m, n = D.shape
+    return sp.csr_array((D.ravel().copy(), np.tile(np.arange(n), m).astype(index_dtype),
+                         np.arange(0, m * n + 1, n).astype(index_dtype)), shape=(m, n))
+
+
+def _values(rng: np.random.Generator, shape: tuple[int, ...], dtype: str) -> np.ndarray:
+    if dtype.startswith("int"):
+        return rng.integers(-9, 10, size=shape).astype(dtype)
+    v = rng.standard_normal(shape)
+    if dtype.startswith("complex"):
+        v = v + 1j * rng.standard_normal(shape)
+    return v.astype(dtype)
+
+
+def _close(got: np.ndarray, want: np.ndarray, dtype: str) -> None:
+    assert got.dtype == want.dtype
+    if dtype.startswith("int"):
+        np.testing.assert_array_equal(got, want)
+    else:
+        tol = 1e-4 if dtype == "float32" else 1e-11
+        np.testing.assert_allclose(got, want, rtol=tol, atol=tol * max(1, want.shape[-1]))
+
+
+@SETTINGS
+@given(m=st.integers(1, 23), n=st.integers(1, 37), k=st.sampled_from([None, 1, 3, 16]),
+       dtype=st.sampled_from(DTYPES), index_dtype=st.sampled_from(["int32", "int64"]),
+       zeros=st.floats(0.0, 0.6), seed=st.integers(0, 2**31 - 1))
+def test_full_pattern_products_equal_dense_numpy(m, n, k, dtype, index_dtype, zeros, seed):
+    rng = np.random.default_rng(seed)
+    D = _values(rng, (m, n), dtype)
+    D[rng.random((m, n)) < zeros] = 0  # explicit zeros: still stored, still the pattern
+    A = _full(D, index_dtype)
+    X = _values(rng, (n,) if k is None else (n, k), dtype)
+    plan = _plan({"A": A, "X": X})
+    assert plan.report()["kernels"] == {"gemm_full_pattern": 1}
+    assert plan.inputs["A"].pattern_free  # the kernel checks the pattern itself
+    _close(plan(A=A, X=X), D @ X, dtype)
+    # new values in the inspected arrays, and new arrays holding the same pattern
+    A.data[:] = _values(rng, (m * n,), dtype)
+    _close(plan(A=A, X=X), A.toarray() @ X, dtype)
+    B = _full(_values(rng, (m, n), dtype), index_dtype)
+    _close(plan.run({"A": B, "X": X}), B.toarray() @ X, dtype)
+
+
+def test_a_vector_with_strides_and_a_wing_sized_matrix():
+    rng = np.random.default_rng(3)
+    D = rng.standard_normal((500, 500))
+    A = _full(D)
+    x = rng.standard_normal(1000)[::2]  # not contiguous
+    plan = _plan({"A": A, "X": x})
+    np.testing.assert_allclose(plan(A=A, X=x), D @ x, rtol=1e-10, atol=1e-10)
+    X = np.asfortranarray(rng.standard_normal((500, 16)))
+    np.testing.assert_allclose(_plan({"A": A, "X": X})(A=A, X=X), D @ X, rtol=1e-10,
+                               atol=1e-10)
+
+
+def test_mixed_dtypes_promote_as_numpy_does():
+    rng = np.random.default_rng(4)
+    D = rng.standard_normal((7, 5)).astype(np.float32)
+    A, x = _full(D), rng.standard_normal(5)
+    plan = _plan({"A": A, "X": x})
+    got = plan(A=A, X=x)
+    assert got.dtype == np.float64
+    np.testing.assert_allclose(got, D @ x, rtol=1e-6)
+
+
+@pytest.mark.parametrize("k", [None, 4])
+def test_a_changed_pattern_is_refused(k):
+    rng = np.random.default_rng(5)
+    D = rng.standard_normal((9, 6))
+    A = _full(D)
+    X = rng.standard_normal(6 if k is None else (6, k))
+    plan = _plan({"A": A, "X": X})
+    # another pattern in new arrays: the explicit zero dropped
+    D0 = D.copy()
+    D0[2, 3] = 0
+    with pytest.raises(th.PatternError, match="different sparsity pattern"):
+        plan(A=sp.csr_array(D0), X=X)
+    # the inspected arrays changed in place: each row of a group of four, the last row,
+    # the index pointers; refused by the kernel's own check, never a wrong product
+    for where in range(9):
+        B = _full(D)
+        plan = _plan({"A": B, "X": X})
+        B.indices[where * 6 + 1], B.indices[where * 6 + 2] = 2, 1  # unsorted: not canonical
+        with pytest.raises(th.PatternError, match=f"full pattern.*row {where} differs"):
+            plan(A=B, X=X)
+        B.indices[where * 6 + 1], B.indices[where * 6 + 2] = 1, 2
+        np.testing.assert_allclose(plan(A=B, X=X), D @ X, rtol=1e-12)  # usable again
+    B = _full(D)
+    plan = _plan({"A": B, "X": X})
+    B.indptr[4] = 23
+    with pytest.raises(th.PatternError, match="specialize again"):
+        plan(A=B, X=X)
+
+
+@pytest.mark.parametrize("index_dtype", ["int32", "int64"])
+def test_kernels_report_the_first_row_that_differs(index_dtype):
+    rng = np.random.default_rng(6)
+    m, n = 11, 13
+    D = rng.standard_normal((m, n))
+    A = _full(D, index_dtype)
+    x = rng.standard_normal(n)
+    out = np.empty(m)
+    K.full_gemv(A.indptr, A.indices, A.data, x, out)
+    np.testing.assert_allclose(out, D @ x, rtol=1e-12)
+    K.check_full_pattern(A.indptr, A.indices, (m, n))
+    for row in range(m):
+        bad = A.indices.copy()
+        bad[row * n + n - 1] = 0
+        with pytest.raises(th.PatternError, match=f"row {row} differs"):
+            K.full_gemv(A.indptr, bad, A.data, x, np.empty(m))
+        with pytest.raises(th.PatternError, match=f"row {row} differs"):
+            K.check_full_pattern(A.indptr, bad, (m, n))
+    with pytest.raises(th.PatternError, match="not 12 and 143 long"):
+        K.check_full_pattern(A.indptr, A.indices[:-1], (m, n))
+    with pytest.raises(th.PatternError):
+        K.full_gemv(A.indptr, A.indices, A.data[:-1], x, out)  # too few values
+    with pytest.raises(th.PatternError):
+        K.check_full_pattern(A.indptr[:-1], A.indices, (m, n))
+
+
+@SETTINGS
+@given(m=st.integers(1, 40), n=st.integers(1, 40), density=st.floats(0.5, 1.0),
+       k=st.sampled_from([None, 8, 64]), dtype=st.sampled_from(["float64", "float32"]),
+       seed=st.integers(0, 2**31 - 1))
+def test_near_full_patterns_equal_dense_numpy(m, n, density, k, dtype, seed):
+    rng = np.random.default_rng(seed)
+    D = _values(rng, (m, n), dtype)
+    D[rng.random((m, n)) >= density] = 0
+    A = sp.csr_array(D)
+    if A.nnz == 0:
+        return
+    X = _values(rng, (n,) if k is None else (n, k), dtype)
+    plan = _plan({"A": A, "X": X})
+    _close(plan(A=A, X=X), D @ X, dtype)
