@@ -64,7 +64,9 @@ def test_full_pattern_products_equal_dense_numpy(m, n, k, dtype, index_dtype, ze
     plan = _plan({"A": A, "X": X})
     assert plan.report()["kernels"] == {"gemm_full_pattern": 1}
     assert plan.inputs["A"].pattern_free  # the kernel checks the pattern itself
-    _close(plan(A=A, X=X), D @ X, dtype)
+    first = plan(A=A, X=X)
+    _close(first, D @ X, dtype)
+    np.testing.assert_array_equal(plan(A=A, X=X), first)  # the next call walks back
     # new values in the inspected arrays, and new arrays holding the same pattern
     A.data[:] = _values(rng, (m * n,), dtype)
     _close(plan(A=A, X=X), A.toarray() @ X, dtype)
@@ -141,6 +143,15 @@ def test_kernels_report_the_first_row_that_differs(index_dtype):
             K.full_gemv(A.indptr, bad, A.data, x, np.empty(m))
         with pytest.raises(th.PatternError, match=f"row {row} differs"):
             K.check_full_pattern(A.indptr, bad, (m, n))
+    for backward in (False, True):  # either walk: the same values, the same refusals
+        got = np.empty(m)
+        K.full_gemv(A.indptr, A.indices, A.data, x, got, backward=backward)
+        np.testing.assert_array_equal(got, out)
+        for row in (0, 3, 4, m - 1):
+            bad = A.indices.copy()
+            bad[row * n] = 1
+            with pytest.raises(th.PatternError, match=f"row {row} differs"):
+                K.full_gemv(A.indptr, bad, A.data, x, np.empty(m), backward=backward)
     with pytest.raises(th.PatternError, match="not 12 and 143 long"):
         K.check_full_pattern(A.indptr, A.indices[:-1], (m, n))
     with pytest.raises(th.PatternError):

@@ -477,61 +477,94 @@ def _full_pattern_row(indptr, indices, ref):  # pragma: no cover - compiled
     return -1
 
 
-@numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
-def _full_gemv(indptr, indices, ref, data, x, out):  # pragma: no cover - compiled
+_jit_dot = numba.njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+
+
+@_jit_dot
+def _gemv4(indptr, indices, ref, data, x, out, i, zero):  # pragma: no cover - compiled
+    # rows i .. i+3 of _full_gemv: -1, or the first of them that is not the full pattern's
+    n = x.shape[0]
+    for r in range(i + 1, i + 5):
+        if indptr[r] != r * n:
+            return r - 1
+    p = i * n
+    i0, i1 = indices[p:p + n], indices[p + n:p + 2 * n]
+    i2, i3 = indices[p + 2 * n:p + 3 * n], indices[p + 3 * n:p + 4 * n]
+    d0, d1 = data[p:p + n], data[p + n:p + 2 * n]
+    d2, d3 = data[p + 2 * n:p + 3 * n], data[p + 3 * n:p + 4 * n]
+    diff = i0[0] ^ i0[0]
+    s0, s1, s2, s3 = zero, zero, zero, zero
+    for j in range(n):
+        rj, xj = ref[j], x[j]
+        diff |= (i0[j] ^ rj) | (i1[j] ^ rj) | (i2[j] ^ rj) | (i3[j] ^ rj)
+        s0 += d0[j] * xj
+        s1 += d1[j] * xj
+        s2 += d2[j] * xj
+        s3 += d3[j] * xj
+    if diff != 0:  # which of the four rows
+        for r in range(i, i + 4):
+            ix = indices[r * n:(r + 1) * n]
+            for j in range(n):
+                if ix[j] != ref[j]:
+                    return r
+    out[i], out[i + 1], out[i + 2], out[i + 3] = s0, s1, s2, s3
+    return -1
+
+
+@_jit_dot
+def _gemv1(indptr, indices, ref, data, x, out, i, zero):  # pragma: no cover - compiled
+    # row i of _full_gemv: -1, or i where it is not the full pattern's
+    n = x.shape[0]
+    if indptr[i + 1] != (i + 1) * n:
+        return i
+    ix, row = indices[i * n:(i + 1) * n], data[i * n:(i + 1) * n]
+    diff = ix[0] ^ ix[0]
+    s = zero
+    for j in range(n):
+        diff |= ix[j] ^ ref[j]
+        s += row[j] * x[j]
+    if diff != 0:
+        return i
+    out[i] = s
+    return -1
+
+
+@_jit_dot
+def _full_gemv(indptr, indices, ref, data, x, out, backward):  # pragma: no cover - compiled
     # out = A @ x for a CSR A that holds every entry of its len(out) x len(x) shape: each
     # row's pointer and indices checked (as _full_pattern_row) in the same pass as its dot
-    # product with x, so that the 12 bytes per entry are read once. Four rows at a time,
-    # each x[j] and ref[j] loaded once for the four (one row at a time: 1.3-1.5x the time
-    # on rows in cache here). A dot product may be reassociated (vector accumulators), as
-    # BLAS's gemv reassociates it; fastmath's other flags stay off (infinities and NaNs
-    # keep their meaning). Returns -1, or the first row that is not the full pattern's (0
-    # for arrays of the wrong lengths); rows before it are written.
+    # product with x, so that the 12 bytes per entry are read once. Four rows at a time
+    # (_gemv4), each x[j] and ref[j] loaded once for the four (one row at a time: 1.3-1.5x
+    # the time on rows in cache here), the last m % 4 rows one at a time. A dot product
+    # may be reassociated (vector accumulators), as BLAS's gemv reassociates it;
+    # fastmath's other flags stay off (infinities and NaNs keep their meaning).
+    # ``backward``: the same groups of rows, last first (every row's value is the same
+    # either way). Returns -1, or a row that is not the full pattern's (0 for arrays of
+    # the wrong lengths).
     m, n = out.shape[0], x.shape[0]
     if n < 1 or indptr.shape[0] != m + 1 or indices.shape[0] != m * n or \
             data.shape[0] < m * n or ref.shape[0] != n or indptr[0] != 0:
         return 0
     zero = np.zeros(1, out.dtype)[0]
-    i = 0
-    while i + 4 <= m:
-        for r in range(i + 1, i + 5):
-            if indptr[r] != r * n:
-                return r - 1
-        p = i * n
-        i0, i1 = indices[p:p + n], indices[p + n:p + 2 * n]
-        i2, i3 = indices[p + 2 * n:p + 3 * n], indices[p + 3 * n:p + 4 * n]
-        d0, d1 = data[p:p + n], data[p + n:p + 2 * n]
-        d2, d3 = data[p + 2 * n:p + 3 * n], data[p + 3 * n:p + 4 * n]
-        diff = i0[0] ^ i0[0]
-        s0, s1, s2, s3 = zero, zero, zero, zero
-        for j in range(n):
-            rj, xj = ref[j], x[j]
-            diff |= (i0[j] ^ rj) | (i1[j] ^ rj) | (i2[j] ^ rj) | (i3[j] ^ rj)
-            s0 += d0[j] * xj
-            s1 += d1[j] * xj
-            s2 += d2[j] * xj
-            s3 += d3[j] * xj
-        if diff != 0:  # which of the four rows
-            for r in range(i, i + 4):
-                ix = indices[r * n:(r + 1) * n]
-                for j in range(n):
-                    if ix[j] != ref[j]:
-                        return r
-        out[i], out[i + 1], out[i + 2], out[i + 3] = s0, s1, s2, s3
-        i += 4
-    while i < m:
-        if indptr[i + 1] != (i + 1) * n:
-            return i
-        ix, row = indices[i * n:(i + 1) * n], data[i * n:(i + 1) * n]
-        diff = ix[0] ^ ix[0]
-        s = zero
-        for j in range(n):
-            diff |= ix[j] ^ ref[j]
-            s += row[j] * x[j]
-        if diff != 0:
-            return i
-        out[i] = s
-        i += 1
+    groups = m // 4
+    if backward:
+        for i in range(m - 1, 4 * groups - 1, -1):
+            bad = _gemv1(indptr, indices, ref, data, x, out, i, zero)
+            if bad >= 0:
+                return bad
+        for g in range(groups - 1, -1, -1):
+            bad = _gemv4(indptr, indices, ref, data, x, out, 4 * g, zero)
+            if bad >= 0:
+                return bad
+        return -1
+    for g in range(groups):
+        bad = _gemv4(indptr, indices, ref, data, x, out, 4 * g, zero)
+        if bad >= 0:
+            return bad
+    for i in range(4 * groups, m):
+        bad = _gemv1(indptr, indices, ref, data, x, out, i, zero)
+        if bad >= 0:
+            return bad
     return -1
 
 
@@ -577,11 +610,12 @@ def check_full_pattern(indptr: np.ndarray, indices: np.ndarray, shape: tuple[int
 
 
 def full_gemv(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.ndarray,
-              out: np.ndarray, ref: np.ndarray | None = None) -> None:
+              out: np.ndarray, ref: np.ndarray | None = None, backward: bool = False) -> None:
     """``out[:] = A @ x`` for a CSR ``A`` (its three arrays) holding every entry of its
     ``len(out) x len(x)`` shape, its pattern checked in the product's own pass (a
     :class:`~thrifty.errors.PatternError` where the arrays are not that pattern). ``data``,
-    ``x`` and ``out`` of one dtype; ``ref`` as for :func:`check_full_pattern`.
+    ``x`` and ``out`` of one dtype; ``ref`` as for :func:`check_full_pattern`;
+    ``backward``: the rows walked last to first (each row's value is the same).
 
     Example
     -------
@@ -595,7 +629,7 @@ def full_gemv(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, x: np.n
         _raise_not_full(0, shape)
     if ref is None or ref.dtype != indices.dtype or ref.shape != (shape[1],):
         ref = full_row(shape[1], indices.dtype)
-    _raise_not_full(int(_full_gemv(indptr, indices, ref, data, x, out)), shape)
+    _raise_not_full(int(_full_gemv(indptr, indices, ref, data, x, out, backward)), shape)
 
 
 def sddmm_rows(indptr: np.ndarray, indices: np.ndarray, X: np.ndarray, Yt: np.ndarray,

@@ -305,14 +305,20 @@ class FullPattern:
     :class:`~thrifty.errors.PatternError` otherwise), so the plan need not compare them
     with the inspected ones (the spec is ``pattern_free``). ``A @ x`` for a vector: one
     compiled pass that checks each row and takes its dot product
-    (:func:`~thrifty.sparse.kernels.full_gemv`); ``A @ X`` for a matrix, other dtypes or
-    mixed ones: the check, then BLAS on the values viewed as the dense matrix (no copy)."""
+    (:func:`~thrifty.sparse.kernels.full_gemv`), its rows walked first to last and last to
+    first on alternate calls: a matrix somewhat larger than a core's L2 cache then starts
+    each call on the rows the previous call read last, still in cache (500 x 500 float64
+    with int32 indices, 2.9 MB against 2 MB of L2 here: 0.66x the time of walking it in
+    one direction every call; each row's value is the same either way); ``A @ X`` for a
+    matrix, other dtypes or mixed ones: the check, then BLAS on the values viewed as the
+    dense matrix (no copy)."""
 
     def __init__(self, shape: tuple[int, int], dtype: str) -> None:
         self.shape, self.dtype = (int(shape[0]), int(shape[1])), dtype
         self.np_dtype = np.dtype(dtype)
         self.compiled = dtype in NUMBA_DTYPES
         self.ref = K.full_row(self.shape[1], np.int32)  # the indices' dtype, reset on use
+        self.backward = False  # the direction of the next call's walk over the rows
 
     def __call__(self, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
         if type(X) is not np.ndarray:
@@ -325,7 +331,9 @@ class FullPattern:
         if X.ndim == 1 and self.compiled and data.dtype == dt and X.dtype == dt and \
                 X.shape[0] == shape[1]:
             out = np.empty(shape[0], dtype=dt)
-            K.full_gemv(A.indptr, indices, data, X, out, ref)
+            backward = self.backward
+            self.backward = not backward  # (calls from two threads: either order is right)
+            K.full_gemv(A.indptr, indices, data, X, out, ref, backward)
             return out
         K.check_full_pattern(A.indptr, indices, shape, ref)
         D = data[:shape[0] * shape[1]].reshape(shape)
