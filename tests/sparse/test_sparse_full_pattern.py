@@ -174,3 +174,48 @@ def test_near_full_patterns_equal_dense_numpy(m, n, density, k, dtype, seed):
     X = _values(rng, (n,) if k is None else (n, k), dtype)
     plan = _plan({"A": A, "X": X})
     _close(plan(A=A, X=X), D @ X, dtype)
+
+
+def _segments(plan):
+    return [s for t in plan.taskgraph.tasks.values() for s in t.attrs.get("segments", ())]
+
+
+def test_block_rows_of_one_column_set_share_a_panel():
+    from thrifty.sparse.lower_matmul import PANEL_MAX_ENTRIES
+
+    rng = np.random.default_rng(8)
+    D = rng.standard_normal((300, 300))
+    D[rng.random((300, 300)) >= 0.9] = 0
+    D[:, 250:] = 0  # the same column blocks in every block row, not all columns
+    A, X = sp.csr_array(D), rng.standard_normal((300, 64))
+    plan = _plan({"A": A, "X": X})
+    panels = [s for s in _segments(plan) if s.form == "panel"]
+    assert panels and max(s.r1 - s.r0 for s in panels) > plan.inputs["A"].shape[0] // 30
+    assert all((s.r1 - s.r0) * len(s.cols) <= PANEL_MAX_ENTRIES for s in panels)
+    np.testing.assert_allclose(plan(A=A, X=X), D @ X, rtol=1e-10, atol=1e-10)
+    # dense blocks on a staircase (32 rows each, 64 columns): the block rows of a step
+    # share a panel, the steps (other column blocks) do not
+    S = np.zeros((256, 256))
+    for i in range(0, 256, 32):
+        S[i:i + 32, i:i + 64] = rng.standard_normal((32, min(64, 256 - i)))
+    B, Y = sp.csr_array(S), rng.standard_normal((256, 256))
+    plan = _plan({"A": B, "X": Y})
+    panels = [s for s in _segments(plan) if s.form == "panel"]
+    assert panels and max(s.r1 - s.r0 for s in panels) > 8
+    for s in panels:
+        assert s.r0 // 32 == (s.r1 - 1) // 32
+        assert set(B[s.r0:s.r1].indices.tolist()) <= set(s.cols.tolist())
+    np.testing.assert_allclose(plan(A=B, X=Y), S @ Y, rtol=1e-10, atol=1e-10)
+
+
+def test_a_gcn_layer_on_a_near_full_pattern_equals_dense_numpy():
+    rng = np.random.default_rng(9)
+    D = rng.standard_normal((200, 200))
+    D[rng.random((200, 200)) >= 0.8] = 0
+    A = sp.csr_array(D)
+    X, W = rng.standard_normal((200, 64)), rng.standard_normal((64, 64))
+    layer = th.program(lambda A, X, W: th.relu(A @ (X @ W)))
+    tr = layer.traced(A=A, X=X, W=W)
+    plan = specialize(tr.graph, {"A": A, "X": X, "W": W}, structure=tr.structure)
+    np.testing.assert_allclose(plan(A=A, X=X, W=W), np.maximum(D @ (X @ W), 0), rtol=1e-9,
+                               atol=1e-9)
