@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 import thrifty as th
 from thrifty.runtime.sparse_run import specialize
-from thrifty.sparse import kernels as K
+from thrifty.sparse import full_pattern as FP
 
 SETTINGS = settings(max_examples=40, deadline=None,
                     suppress_health_check=[HealthCheck.too_slow])
@@ -133,31 +133,31 @@ def test_kernels_report_the_first_row_that_differs(index_dtype):
     A = _full(D, index_dtype)
     x = rng.standard_normal(n)
     out = np.empty(m)
-    K.full_gemv(A.indptr, A.indices, A.data, x, out)
+    FP.full_gemv(A.indptr, A.indices, A.data, x, out)
     np.testing.assert_allclose(out, D @ x, rtol=1e-12)
-    K.check_full_pattern(A.indptr, A.indices, (m, n))
+    FP.check_full_pattern(A.indptr, A.indices, (m, n))
     for row in range(m):
         bad = A.indices.copy()
         bad[row * n + n - 1] = 0
         with pytest.raises(th.PatternError, match=f"row {row} differs"):
-            K.full_gemv(A.indptr, bad, A.data, x, np.empty(m))
+            FP.full_gemv(A.indptr, bad, A.data, x, np.empty(m))
         with pytest.raises(th.PatternError, match=f"row {row} differs"):
-            K.check_full_pattern(A.indptr, bad, (m, n))
+            FP.check_full_pattern(A.indptr, bad, (m, n))
     for backward in (False, True):  # either walk: the same values, the same refusals
         got = np.empty(m)
-        K.full_gemv(A.indptr, A.indices, A.data, x, got, backward=backward)
+        FP.full_gemv(A.indptr, A.indices, A.data, x, got, backward=backward)
         np.testing.assert_array_equal(got, out)
         for row in (0, 3, 4, m - 1):
             bad = A.indices.copy()
             bad[row * n] = 1
             with pytest.raises(th.PatternError, match=f"row {row} differs"):
-                K.full_gemv(A.indptr, bad, A.data, x, np.empty(m), backward=backward)
+                FP.full_gemv(A.indptr, bad, A.data, x, np.empty(m), backward=backward)
     with pytest.raises(th.PatternError, match="not 12 and 143 long"):
-        K.check_full_pattern(A.indptr, A.indices[:-1], (m, n))
+        FP.check_full_pattern(A.indptr, A.indices[:-1], (m, n))
     with pytest.raises(th.PatternError):
-        K.full_gemv(A.indptr, A.indices, A.data[:-1], x, out)  # too few values
+        FP.full_gemv(A.indptr, A.indices, A.data[:-1], x, out)  # too few values
     with pytest.raises(th.PatternError):
-        K.check_full_pattern(A.indptr[:-1], A.indices, (m, n))
+        FP.check_full_pattern(A.indptr[:-1], A.indices, (m, n))
 
 
 @SETTINGS
