@@ -499,6 +499,8 @@ def panel_gemm(flat_pos: np.ndarray, data: np.ndarray, panel_shape: tuple[int, i
 
     ``flat_pos[p]`` is the flat position in ``P`` of the stored entry ``p`` of the panel's
     rows (computed once by the inspector), so a run only scatters values and calls BLAS.
+    ``cols`` are sorted and distinct; where they are every row of ``X``, ``X`` is read as
+    it is.
 
     Example
     -------
@@ -509,7 +511,8 @@ def panel_gemm(flat_pos: np.ndarray, data: np.ndarray, panel_shape: tuple[int, i
     """
     P = np.zeros(panel_shape, dtype=np.result_type(data, X))
     P.ravel()[flat_pos] = data
-    np.matmul(P, X[cols], out=out)
+    # every column of A (cols: sorted, distinct, in range): X itself, no gathered copy
+    np.matmul(P, X if len(cols) == X.shape[0] else X[cols], out=out)
 
 
 def same_values(a: np.ndarray, b: np.ndarray) -> bool:

@@ -33,6 +33,10 @@ __all__ = ["chain_is_left", "lower_einsum", "lower_matmul"]
 PAIRS_SHARE = 0.5
 #: ... and take at most this many bytes.
 PAIRS_BYTES_LIMIT = 1 << 30
+#: Consecutive block rows that take gathered panels and have the same nonzero column blocks
+#: share one panel of at most this many entries (256 KiB of float64, within a core's L2):
+#: one BLAS call instead of one per block row.
+PANEL_MAX_ENTRIES = 1 << 15
 
 
 def lower_matmul(b: Builder, node: Node) -> Value:
@@ -456,7 +460,10 @@ def _spmm_tasks(b: Builder, A: sp.csr_array, pat: Pattern, k: int, row_seconds: 
 
 def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
                    r0: int, r1: int) -> list[Seg]:
-    """Per block row of ``[r0, r1)``: CSR, or a gathered dense panel where it is cheaper."""
+    """Per block row of ``[r0, r1)``: CSR, or a gathered dense panel where it is cheaper.
+    Consecutive block rows that take panels and have the same nonzero column blocks share
+    one panel (one BLAS call) of up to :data:`PANEL_MAX_ENTRIES` entries: the form of
+    each block row is chosen alone, as if it were its own panel, and only then joined."""
     cm = b.cost
     n_cols = A.shape[1]
     if pat.is_dense or pat.blocks is None:
@@ -464,6 +471,7 @@ def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
     br, bc = pat.block  # type: ignore[misc]
     grid = pat.blocks
     segs: list[Seg] = []
+    run: tuple[int, int, np.ndarray] | None = None  # the panel being joined: rows, blocks
     for I0 in range(r0 // br, -(-r1 // br)):
         a, z = max(r0, I0 * br), min(r1, (I0 + 1) * br)
         nnz = int(A.indptr[z] - A.indptr[a])
@@ -472,20 +480,38 @@ def _spmm_segments(b: Builder, A: sp.csr_array, pat: Pattern, k: int,
         if not (nnz and width and nnz / ((z - a) * width) >= cm.panel_density_threshold and
                 registry.seconds("spmm_panel", cm, rows=z - a, cols=width, nnz=nnz, k=k)
                 < registry.seconds("spmm_csr", cm, nnz=nnz, k=k)):
+            if run is not None:
+                segs.append(_panel_seg(A, *run, bc))
+                run = None
             if segs and segs[-1].form == "csr" and segs[-1].r1 == a:
                 segs[-1] = Seg(segs[-1].r0, z, "csr")
             else:
                 segs.append(Seg(a, z, "csr"))
             continue
-        cols = (cblocks[:, None].astype(np.int64) * bc + np.arange(bc)[None, :]).ravel()
-        cols = cols[cols < n_cols]
-        p0, p1 = A.indptr[a], A.indptr[z]
-        rows = np.repeat(np.arange(z - a, dtype=np.int64), np.diff(A.indptr[a:z + 1]))
-        cidx = A.indices[p0:p1].astype(np.int64)
-        rank = np.searchsorted(cblocks, cidx // bc)
-        flat = rows * len(cols) + rank * bc + cidx % bc
-        segs.append(Seg(a, z, "panel", cols, flat))
+        if run is not None and run[1] == a and (z - run[0]) * width <= PANEL_MAX_ENTRIES \
+                and np.array_equal(run[2], cblocks):
+            run = (run[0], z, cblocks)
+            continue
+        if run is not None:
+            segs.append(_panel_seg(A, *run, bc))
+        run = (a, z, cblocks)
+    if run is not None:
+        segs.append(_panel_seg(A, *run, bc))
     return segs
+
+
+def _panel_seg(A: sp.csr_array, a: int, z: int, cblocks: np.ndarray, bc: int) -> Seg:
+    """The gathered panel of rows ``[a, z)`` of ``A`` on column blocks ``cblocks`` (of
+    ``bc`` columns): its columns and each stored entry's flat position in it."""
+    n_cols = A.shape[1]
+    cols = (cblocks[:, None].astype(np.int64) * bc + np.arange(bc)[None, :]).ravel()
+    cols = cols[cols < n_cols]
+    p0, p1 = A.indptr[a], A.indptr[z]
+    rows = np.repeat(np.arange(z - a, dtype=np.int64), np.diff(A.indptr[a:z + 1]))
+    cidx = A.indices[p0:p1].astype(np.int64)
+    rank = np.searchsorted(cblocks, cidx // bc)
+    flat = rows * len(cols) + rank * bc + cidx % bc
+    return Seg(a, z, "panel", cols, flat)
 
 
 def _masked_hits(A: sp.csr_array, B: sp.csr_array) -> int:

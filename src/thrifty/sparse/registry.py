@@ -107,7 +107,10 @@ _ENTRIES = [
                "CSR @ vector in one call of the compiled, self-checking kernel"),
     KernelSpec("gemm_full_pattern", ("shape", "dtype"),
                lambda a: T.FullPattern(a["shape"], a["dtype"]), _gemm_price, "gemm",
-               doc="a CSR operand holding every entry: its values as the dense matrix"),
+               lambda a: True,
+               "a CSR operand holding every entry: its values as the dense matrix (each "
+               "call checks that its index arrays still hold every entry: a PatternError "
+               "otherwise, never a product of another pattern)"),
     KernelSpec("sddmm", ("rows", "pattern", "dtype"),
                lambda a: T.SddmmPanel(*_rows(a), a["pattern"], a["dtype"]), _csr_price,
                "sddmm", doc="dense @ dense at the entries of a pattern"),

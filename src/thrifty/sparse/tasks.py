@@ -17,6 +17,7 @@ import scipy.sparse as sp
 
 from thrifty.errors import PatternError
 from thrifty.graph.ops import get_op
+from thrifty.sparse import full_pattern as FP
 from thrifty.sparse import kernels as K
 from thrifty.sparse.masked import entry_positions
 from thrifty.sparse.outputs import STREAM_MIN_BYTES
@@ -298,14 +299,46 @@ def spmv_fast_path(spec_a: Any, spec_x: Any, whole: SpmvWhole
 
 class FullPattern:
     """``A @ X`` for a CSR ``A`` whose pattern holds every entry: its data array, in
-    canonical (row-major) order, viewed as the dense matrix and multiplied by BLAS."""
+    canonical (row-major) order, is the dense matrix.
+
+    Every call checks that the index arrays passed still hold that pattern (compared with
+    the numbers ``0, n, 2n, ...`` and ``0 .. n-1``, not with a stored copy; a
+    :class:`~thrifty.errors.PatternError` otherwise), so the plan need not compare them
+    with the inspected ones (the spec is ``pattern_free``). ``A @ x`` for a vector: one
+    compiled pass that checks each row and takes its dot product
+    (:func:`~thrifty.sparse.full_pattern.full_gemv`), its rows walked first to last and last to
+    first on alternate calls: a matrix somewhat larger than a core's L2 cache then starts
+    each call on the rows the previous call read last, still in cache (500 x 500 float64
+    with int32 indices, 2.9 MB against 2 MB of L2 here: 0.66x the time of walking it in
+    one direction every call; each row's value is the same either way); ``A @ X`` for a
+    matrix, other dtypes or mixed ones: the check, then BLAS on the values viewed as the
+    dense matrix (no copy)."""
 
     def __init__(self, shape: tuple[int, int], dtype: str) -> None:
-        self.shape, self.dtype = shape, dtype
+        self.shape, self.dtype = (int(shape[0]), int(shape[1])), dtype
+        self.np_dtype = np.dtype(dtype)
+        self.compiled = dtype in NUMBA_DTYPES
+        self.ref = FP.full_row(self.shape[1], np.int32)  # the indices' dtype, reset on use
+        self.backward = False  # the direction of the next call's walk over the rows
 
     def __call__(self, A: sp.csr_array, X: np.ndarray) -> np.ndarray:
-        D = A.data.reshape(self.shape)
-        return np.asarray(np.matmul(D, np.asarray(X))).astype(self.dtype, copy=False)
+        if type(X) is not np.ndarray:
+            X = np.asarray(X)
+        shape, dt = self.shape, self.np_dtype
+        data, indices = A.data, A.indices
+        ref = self.ref
+        if ref.dtype != indices.dtype and indices.dtype.kind == "i":
+            ref = self.ref = FP.full_row(shape[1], indices.dtype)
+        if X.ndim == 1 and self.compiled and data.dtype == dt and X.dtype == dt and \
+                X.shape[0] == shape[1]:
+            out = np.empty(shape[0], dtype=dt)
+            backward = self.backward
+            self.backward = not backward  # (calls from two threads: either order is right)
+            FP.full_gemv(A.indptr, indices, data, X, out, ref, backward)
+            return out
+        FP.check_full_pattern(A.indptr, indices, shape, ref)
+        D = data[:shape[0] * shape[1]].reshape(shape)
+        return np.asarray(np.matmul(D, X)).astype(dt, copy=False)
 
 
 class SddmmPanel:
