@@ -179,9 +179,7 @@ def sp_order(c: Compact) -> list[int] | None:
             assert left is not None and right is not None
             seqs[nd.left] = seqs[nd.right] = None
             m = nd.mid
-            left.tasks.append(m)
-            left.during.append(left.final() + c.out[m] + c.ws[m])
-            left.after.append(right.init)
+            left.push(m, left.final() + c.out[m] + c.ws[m], right.init)
             left.extend(right)
             seqs[i] = left
         else:
