@@ -10,7 +10,8 @@ Policy (``method="auto"``):
    a beam search over executed sets; the last and dask.order only up to 10,000 and 20,000
    tasks) and the best is kept;
 3. if that best is above the lower bound, windows around its peak are re-solved exactly
-   (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``), then the exact best-first
+   (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``; on graphs above 5,000
+   tasks, until 40% of ``time_limit`` after the call began), then the exact best-first
    search over executed sets (:mod:`thrifty.memory.order.exact`, Serenity-style with
    dominance pruning) looks for a better order in the rest of ``time_limit`` (graphs of
    up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
@@ -81,7 +82,7 @@ the other heuristics take under a second each); ``method="dask"`` still runs it.
 PEAK_TASKS_BOUNDED = 16
 """Above :data:`~thrifty.memory.order.compact.DENSE_BOUND_TASKS` tasks, the lower bound
 also counts what must be live across each of the tasks at this many highest steps of the
-best order (one linear walk each)."""
+best order (:meth:`~thrifty.memory.order.compact.Compact.task_bounds_of`)."""
 
 LOCAL_SHARE = 0.4
 """The share of ``time_limit`` spent re-solving windows around the peak before the search."""
@@ -108,7 +109,10 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         ``"bfs"``, ``"greedy"``, ``"greedy_delta"``, ``"postorder"``, ``"beam"``).
     time_limit:
         Seconds the local re-solving and the exact search may take together (the
-        heuristics and bounds come on top: about a second per 5,000 tasks).
+        heuristics and bounds come on top: about a second per 5,000 tasks). Graphs of
+        more than :data:`EXACT_MAX_TASKS` tasks have no exact search: there the local
+        re-solving stops :data:`LOCAL_SHARE` ``* time_limit`` seconds after the call
+        began, so the call takes that long, or the heuristics' time when it is longer.
     reference_order:
         A topological order to use as the ``"file"`` baseline (default: the file's order
         when ``g`` is a file that has one, else the order the tasks are listed in when it
@@ -282,11 +286,14 @@ def _search(c: Compact, bounds: list[int], heuristics: dict[str, Callable[[Compa
     if c.n > DENSE_BOUND_TASKS:  # bounds of the tasks where the best order peaks
         during, _ = c.profile(best_order)
         top = sorted(range(c.n), key=lambda k: -during[k])[:PEAK_TASKS_BOUNDED]
-        lb = max([lb, *(c.task_bound(best_order[k]) for k in top)])
+        lb = max([lb, *c.task_bounds_of([best_order[k] for k in top])])
     if method == "heuristic" or best_peak <= lb:
         return done(best_order, best_name, False, lb)
     lattice = Lattice(c, bounds)
-    better = improve_order(c, best_order, lattice, time_limit=LOCAL_SHARE * time_limit,
+    local_limit = LOCAL_SHARE * time_limit
+    if c.n > EXACT_MAX_TASKS:  # no search follows: the time since the call began counts
+        local_limit -= time.perf_counter() - done.t0
+    better = improve_order(c, best_order, lattice, time_limit=max(0.0, local_limit),
                            lower_bound=lb)
     if c.peak_of(better) < best_peak:
         best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
