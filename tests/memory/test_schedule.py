@@ -463,6 +463,18 @@ def test_five_thousand_tasks_schedule_quickly() -> None:
     assert elapsed < 60, f"5000 tasks took {elapsed:.1f} s"
 
 
+def test_large_graph_with_no_time_left_keeps_the_best_heuristic() -> None:
+    """Above EXACT_MAX_TASKS the time limit counts from the call's start: with none, the
+    beam search completes greedily at once and no window is re-solved."""
+    from thrifty.memory.schedule import EXACT_MAX_TASKS
+
+    g = random_layered(EXACT_MAX_TASKS + 200, width=24, seed=5)
+    r = schedule(g, time_limit=0.0)
+    check_valid(g, r)
+    assert "beam" in r.info["peaks"] and "+local" not in r.method
+    assert r.peak == min(r.info["peaks"].values())
+
+
 def test_large_trees_and_sp_graphs_are_solved_exactly() -> None:
     tree = random_in_tree(3000, seed=4, workspace=True)
     r = schedule(tree)

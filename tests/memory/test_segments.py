@@ -232,3 +232,18 @@ def test_sp_order_is_the_reference_algorithm(n: int, seed: int, max_size: int,
     expected = ref_sp(c)
     assert expected is not None
     assert sp_order(c) == expected
+
+
+def test_cycle_collection_is_restored_as_it_was() -> None:
+    import gc
+
+    c = Compact.of(random_in_tree(50, seed=3))
+    assert gc.isenabled()
+    order = liu_in_tree(c)
+    assert gc.isenabled() and order == ref_liu(c)
+    gc.disable()
+    try:
+        liu_in_tree(c)
+        assert not gc.isenabled()
+    finally:
+        gc.enable()

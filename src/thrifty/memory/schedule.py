@@ -11,7 +11,8 @@ Policy (``method="auto"``):
    tasks) and the best is kept;
 3. if that best is above the lower bound, windows around its peak are re-solved exactly
    (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``; on graphs above 5,000
-   tasks, until 40% of ``time_limit`` after the call began), then the exact best-first
+   tasks, until 80% of ``time_limit`` after the call began, the beam search there
+   completing its best state greedily at 50%), then the exact best-first
    search over executed sets (:mod:`thrifty.memory.order.exact`, Serenity-style with
    dominance pruning) looks for a better order in the rest of ``time_limit`` (graphs of
    up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
@@ -58,7 +59,7 @@ from thrifty.memory.model import ScheduleResult
 from thrifty.memory.order import HEURISTICS, Compact, exact_order, is_in_forest, liu_in_tree
 from thrifty.memory.order.compact import DENSE_BOUND_TASKS
 from thrifty.memory.order.exact import Lattice
-from thrifty.memory.order.heuristics import BEAM_MAX_TASKS
+from thrifty.memory.order.heuristics import BEAM_MAX_TASKS, beam
 from thrifty.memory.order.local import improve_order
 from thrifty.memory.order.reduce import Reduction, reduce_graph
 from thrifty.memory.order.sp import sp_order
@@ -87,6 +88,15 @@ best order (:meth:`~thrifty.memory.order.compact.Compact.task_bounds_of`)."""
 LOCAL_SHARE = 0.4
 """The share of ``time_limit`` spent re-solving windows around the peak before the search."""
 
+LARGE_BEAM_SHARE = 0.5
+"""On graphs of more than :data:`EXACT_MAX_TASKS` tasks (no exact search), the beam search
+completes its best state greedily once this share of ``time_limit`` has passed since the
+call began."""
+
+LARGE_LOCAL_SHARE = 0.8
+"""On those graphs, the local re-solving stops once this share of ``time_limit`` has passed
+since the call began (the rest is left for the last peak evaluation)."""
+
 METHODS: tuple[str, ...] = ("auto", "liu", "sp", "exact", "heuristic", *HEURISTICS)
 """Valid values of ``schedule(method=...)``."""
 
@@ -110,9 +120,11 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
     time_limit:
         Seconds the local re-solving and the exact search may take together (the
         heuristics and bounds come on top: about a second per 5,000 tasks). Graphs of
-        more than :data:`EXACT_MAX_TASKS` tasks have no exact search: there the local
-        re-solving stops :data:`LOCAL_SHARE` ``* time_limit`` seconds after the call
-        began, so the call takes that long, or the heuristics' time when it is longer.
+        more than :data:`EXACT_MAX_TASKS` tasks have no exact search: there
+        ``time_limit`` counts from the call's start, the beam search widens no more after
+        :data:`LARGE_BEAM_SHARE` of it and the local re-solving stops at
+        :data:`LARGE_LOCAL_SHARE` of it, so the call takes about that long (longer only
+        when the other heuristics alone take longer).
     reference_order:
         A topological order to use as the ``"file"`` baseline (default: the file's order
         when ``g`` is a file that has one, else the order the tasks are listed in when it
@@ -281,6 +293,10 @@ def _search(c: Compact, bounds: list[int], heuristics: dict[str, Callable[[Compa
     """``"auto"`` and ``"heuristic"`` past the exact algorithms: the best heuristic, then
     (``"auto"``) the local re-solving and the exact search from its peak."""
     info, lb = done.info, p.lb
+    large = c.n > EXACT_MAX_TASKS  # no exact search: time_limit counts from the call's start
+    if large and "beam" in heuristics:
+        heuristics = {**heuristics, "beam": lambda c: beam(c, time_limit=max(
+            0.0, done.t0 + LARGE_BEAM_SHARE * time_limit - time.perf_counter()))}
     best_name, best_order, info["peaks"] = _best_heuristic(c, heuristics)
     best_peak = info["peaks"][best_name]
     if c.n > DENSE_BOUND_TASKS:  # bounds of the tasks where the best order peaks
@@ -291,13 +307,13 @@ def _search(c: Compact, bounds: list[int], heuristics: dict[str, Callable[[Compa
         return done(best_order, best_name, False, lb)
     lattice = Lattice(c, bounds)
     local_limit = LOCAL_SHARE * time_limit
-    if c.n > EXACT_MAX_TASKS:  # no search follows: the time since the call began counts
-        local_limit -= time.perf_counter() - done.t0
+    if large:
+        local_limit = done.t0 + LARGE_LOCAL_SHARE * time_limit - time.perf_counter()
     better = improve_order(c, best_order, lattice, time_limit=max(0.0, local_limit),
                            lower_bound=lb)
     if c.peak_of(better) < best_peak:
         best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
-    if best_peak <= lb or c.n > EXACT_MAX_TASKS:
+    if best_peak <= lb or large:
         return done(best_order, best_name, False, lb)
     rlattice = lattice if p.rc is c else Lattice(p.rc, p.rbounds)
     res = exact_order(p.rc, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,

@@ -33,9 +33,13 @@ Example
 
 from __future__ import annotations
 
+import gc
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["Seq", "liu_merge", "reversed_seq", "segments", "split_at_least"]
+__all__ = ["Seq", "liu_merge", "no_cycle_collection", "reversed_seq", "segments",
+           "split_at_least"]
 
 Segment = tuple[int, int, int, int]
 """``(hill, valley, end, low)``: the most bytes in use over the segment's steps, the bytes
@@ -188,8 +192,23 @@ def reversed_seq(q: Seq) -> Seq:
 def split_at_least(q: Seq) -> tuple[Seq, Seq]:
     """Cut ``q`` where the bytes resident are least (the first such point)."""
     k, low = 0, q.init
-    for j, r in enumerate(q.after):
-        if r < low:
-            k, low = j + 1, r
+    if q.after and min(q.after) < low:
+        low = min(q.after)
+        k = q.after.index(low) + 1
     return (Seq(q.tasks[:k], q.during[:k], q.after[:k], q.init),
             Seq(q.tasks[k:], q.during[k:], q.after[k:], low))
+
+
+@contextmanager
+def no_cycle_collection() -> Iterator[None]:
+    """Pause Python's cycle collector (and restore its state after): the orders built here
+    hold no reference cycles, and their many short lists would otherwise make it walk
+    every live object of the process again and again (reference counting still frees
+    them)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
