@@ -12,7 +12,7 @@ Policy (``method="auto"``):
 3. if that best is above the lower bound, windows around its peak are re-solved exactly
    (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``; on graphs above 5,000
    tasks, until 80% of ``time_limit`` after the call began, the beam search there
-   completing its best state greedily at 50%), then the exact best-first
+   completing its best state greedily at 70%), then the exact best-first
    search over executed sets (:mod:`thrifty.memory.order.exact`, Serenity-style with
    dominance pruning) looks for a better order in the rest of ``time_limit`` (graphs of
    up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
@@ -88,7 +88,7 @@ best order (:meth:`~thrifty.memory.order.compact.Compact.task_bounds_of`)."""
 LOCAL_SHARE = 0.4
 """The share of ``time_limit`` spent re-solving windows around the peak before the search."""
 
-LARGE_BEAM_SHARE = 0.5
+LARGE_BEAM_SHARE = 0.7
 """On graphs of more than :data:`EXACT_MAX_TASKS` tasks (no exact search), the beam search
 completes its best state greedily once this share of ``time_limit`` has passed since the
 call began."""
