@@ -16,6 +16,7 @@ Usage::
 
     python benchmarks/memory_schedule.py --quick     # a few minutes on 2 cores
     python benchmarks/memory_schedule.py             # full: up to 50,000 tasks
+    python benchmarks/memory_schedule.py --graphs 'n50000|b12500'   # the 50,000-task graphs
 
 Writes ``benchmarks/results/memory_schedule.json``.
 """
@@ -26,6 +27,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -88,9 +90,11 @@ def instances(quick: bool) -> list[tuple[str, str, Callable[[], TaskGraph | Task
     return out
 
 
-def run(quick: bool, time_limit: float) -> dict[str, object]:
+def run(quick: bool, time_limit: float, graphs: str | None = None) -> dict[str, object]:
     rows = []
     for category, label, load in instances(quick):
+        if graphs is not None and not re.search(graphs, label):
+            continue
         g = load()
         graph = g.graph if isinstance(g, TaskGraphFile) else g
         t0 = time.perf_counter()
@@ -122,7 +126,8 @@ def run(quick: bool, time_limit: float) -> dict[str, object]:
                      "unreduced": {"peak": plain.peak, "optimal": plain.optimal,
                                    "lower_bound": plain.lower_bound, "method": plain.method,
                                    "seconds": plain_seconds}})
-    return {"machine": machine(), "quick": quick, "time_limit": time_limit, "rows": rows}
+    return {"machine": machine(), "quick": quick, "time_limit": time_limit, "graphs": graphs,
+            "rows": rows}
 
 
 def show(result: dict[str, object], console: Console) -> None:
@@ -175,10 +180,13 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true", help="smaller generated graphs")
     ap.add_argument("--time-limit", type=float, default=None,
                     help="seconds for the exact search per graph (default 2 quick, 10 full)")
+    ap.add_argument("--graphs", default=None, metavar="REGEX",
+                    help="only the graphs whose label matches (e.g. 'n50000|b12500': the "
+                         "50,000-task ones)")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args()
     limit = args.time_limit if args.time_limit is not None else (2.0 if args.quick else 10.0)
-    result = run(args.quick, limit)
+    result = run(args.quick, limit, args.graphs)
     show(result, Console(width=200))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(result, indent=1))

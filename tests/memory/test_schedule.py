@@ -316,7 +316,7 @@ def test_task_bounds_hold_in_every_order_and_agree_with_the_walk(seed: int) -> N
     g = graph_with_inputs_and_results(seed)
     c = Compact.of(g)
     bounds = c.task_bounds()
-    assert bounds == [c.task_bound(t) for t in range(c.n)]
+    assert bounds == [c.task_bound(t) for t in range(c.n)] == c.task_bounds_of(range(c.n))
     # in sampled orders, every task uses at least its bound while it runs
     for k, o in enumerate(topological_orders(c)):
         during, _ = c.profile(o)
@@ -348,6 +348,43 @@ def test_local_improvement_never_worsens_a_large_order() -> None:
     start = dfs(c)
     better = improve_order(c, start, time_limit=1.0)
     assert simulate(g, c.to_ids(better)).peak == c.peak_of(better) <= c.peak_of(start)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(2, 400), st.integers(0, 10**6), st.integers(0, 10**6), st.integers(1, 40))
+def test_window_replay_and_task_sets_agree_with_the_whole_profile(n: int, seed: int, cut: int,
+                                                                  width: int) -> None:
+    from thrifty.memory.order.exact import Lattice
+    from thrifty.memory.order.heuristics import greedy_delta
+
+    def mask(tasks: list[int]) -> int:
+        return sum(1 << t for t in tasks)
+
+    g = graph_with_inputs_and_results(seed) if seed % 3 == 0 else random_layered(
+        n, width=4, seed=seed)
+    c = Compact.of(g)
+    order = greedy_delta(c)
+    during, after = c.profile(order)
+    lat = Lattice(c)
+    lo = cut % c.n
+    hi = min(c.n, lo + width)
+    start, span = mask(order[:lo]), mask(order[lo:hi])
+    mem = after[lo - 1] if lo else c.start_mem
+    assert lat.replay(start, mem, order[lo:hi]) == (during[lo:hi], after[lo:hi])
+    assert lat._todo(span) == [t for t in lat.by_bound if (span >> t) & 1]
+    assert c.task_bounds_of(order[lo:hi]) == [c.task_bound(t) for t in order[lo:hi]]
+    # the window's own lattice: same steps, same search outcome as the whole graph's
+    sub, win = lat.window(order[lo:hi], lambda t: t in order[:lo])
+    local = [win.index(t) for t in order[lo:hi]]
+    assert sub.replay(0, mem, local) == (during[lo:hi], after[lo:hi])
+    peak = max(during[lo:hi])
+    for ub in (None, peak, peak + 1):
+        found, v, bound, finished, states = lat.search(start, start | span, mem, 0, ub,
+                                                        float("inf"), 10**6)
+        sfound, sv, sbound, sfinished, sstates = sub.search(0, (1 << len(win)) - 1, mem, 0,
+                                                            ub, float("inf"), 10**6)
+        assert (None if sfound is None else [win[i] for i in sfound]) == found
+        assert (sv, sbound, sfinished, sstates) == (v, bound, finished, states)
 
 
 def test_large_training_graph_is_proven_optimal_by_the_bound_at_its_peak() -> None:
@@ -424,6 +461,18 @@ def test_five_thousand_tasks_schedule_quickly() -> None:
     check_valid(g, r)
     assert r.peak <= min(r.info["peaks"].values())
     assert elapsed < 60, f"5000 tasks took {elapsed:.1f} s"
+
+
+def test_large_graph_with_no_time_left_keeps_the_best_heuristic() -> None:
+    """Above EXACT_MAX_TASKS the time limit counts from the call's start: with none, the
+    beam search completes greedily at once and no window is re-solved."""
+    from thrifty.memory.schedule import EXACT_MAX_TASKS
+
+    g = random_layered(EXACT_MAX_TASKS + 200, width=24, seed=5)
+    r = schedule(g, time_limit=0.0)
+    check_valid(g, r)
+    assert "beam" in r.info["peaks"] and "+local" not in r.method
+    assert r.peak == min(r.info["peaks"].values())
 
 
 def test_large_trees_and_sp_graphs_are_solved_exactly() -> None:

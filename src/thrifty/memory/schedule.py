@@ -10,7 +10,9 @@ Policy (``method="auto"``):
    a beam search over executed sets; the last and dask.order only up to 10,000 and 20,000
    tasks) and the best is kept;
 3. if that best is above the lower bound, windows around its peak are re-solved exactly
-   (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``), then the exact best-first
+   (:mod:`thrifty.memory.order.local`, 40% of ``time_limit``; on graphs above 5,000
+   tasks, until 80% of ``time_limit`` after the call began, the beam search there
+   completing its best state greedily at 70%), then the exact best-first
    search over executed sets (:mod:`thrifty.memory.order.exact`, Serenity-style with
    dominance pruning) looks for a better order in the rest of ``time_limit`` (graphs of
    up to 5,000 tasks); when it finishes the result is proven optimal, and when it stops it
@@ -57,7 +59,7 @@ from thrifty.memory.model import ScheduleResult
 from thrifty.memory.order import HEURISTICS, Compact, exact_order, is_in_forest, liu_in_tree
 from thrifty.memory.order.compact import DENSE_BOUND_TASKS
 from thrifty.memory.order.exact import Lattice
-from thrifty.memory.order.heuristics import BEAM_MAX_TASKS
+from thrifty.memory.order.heuristics import BEAM_MAX_TASKS, beam
 from thrifty.memory.order.local import improve_order
 from thrifty.memory.order.reduce import Reduction, reduce_graph
 from thrifty.memory.order.sp import sp_order
@@ -81,10 +83,19 @@ the other heuristics take under a second each); ``method="dask"`` still runs it.
 PEAK_TASKS_BOUNDED = 16
 """Above :data:`~thrifty.memory.order.compact.DENSE_BOUND_TASKS` tasks, the lower bound
 also counts what must be live across each of the tasks at this many highest steps of the
-best order (one linear walk each)."""
+best order (:meth:`~thrifty.memory.order.compact.Compact.task_bounds_of`)."""
 
 LOCAL_SHARE = 0.4
 """The share of ``time_limit`` spent re-solving windows around the peak before the search."""
+
+LARGE_BEAM_SHARE = 0.7
+"""On graphs of more than :data:`EXACT_MAX_TASKS` tasks (no exact search), the beam search
+completes its best state greedily once this share of ``time_limit`` has passed since the
+call began."""
+
+LARGE_LOCAL_SHARE = 0.8
+"""On those graphs, the local re-solving stops once this share of ``time_limit`` has passed
+since the call began (the rest is left for the last peak evaluation)."""
 
 METHODS: tuple[str, ...] = ("auto", "liu", "sp", "exact", "heuristic", *HEURISTICS)
 """Valid values of ``schedule(method=...)``."""
@@ -108,7 +119,12 @@ def schedule(g: TaskGraph | TaskGraphFile, method: str = "auto", time_limit: flo
         ``"bfs"``, ``"greedy"``, ``"greedy_delta"``, ``"postorder"``, ``"beam"``).
     time_limit:
         Seconds the local re-solving and the exact search may take together (the
-        heuristics and bounds come on top: about a second per 5,000 tasks).
+        heuristics and bounds come on top: about a second per 5,000 tasks). Graphs of
+        more than :data:`EXACT_MAX_TASKS` tasks have no exact search: there
+        ``time_limit`` counts from the call's start, the beam search widens no more after
+        :data:`LARGE_BEAM_SHARE` of it and the local re-solving stops at
+        :data:`LARGE_LOCAL_SHARE` of it, so the call takes about that long (longer only
+        when the other heuristics alone take longer).
     reference_order:
         A topological order to use as the ``"file"`` baseline (default: the file's order
         when ``g`` is a file that has one, else the order the tasks are listed in when it
@@ -277,20 +293,27 @@ def _search(c: Compact, bounds: list[int], heuristics: dict[str, Callable[[Compa
     """``"auto"`` and ``"heuristic"`` past the exact algorithms: the best heuristic, then
     (``"auto"``) the local re-solving and the exact search from its peak."""
     info, lb = done.info, p.lb
+    large = c.n > EXACT_MAX_TASKS  # no exact search: time_limit counts from the call's start
+    if large and "beam" in heuristics:
+        heuristics = {**heuristics, "beam": lambda c: beam(c, time_limit=max(
+            0.0, done.t0 + LARGE_BEAM_SHARE * time_limit - time.perf_counter()))}
     best_name, best_order, info["peaks"] = _best_heuristic(c, heuristics)
     best_peak = info["peaks"][best_name]
     if c.n > DENSE_BOUND_TASKS:  # bounds of the tasks where the best order peaks
         during, _ = c.profile(best_order)
         top = sorted(range(c.n), key=lambda k: -during[k])[:PEAK_TASKS_BOUNDED]
-        lb = max([lb, *(c.task_bound(best_order[k]) for k in top)])
+        lb = max([lb, *c.task_bounds_of([best_order[k] for k in top])])
     if method == "heuristic" or best_peak <= lb:
         return done(best_order, best_name, False, lb)
     lattice = Lattice(c, bounds)
-    better = improve_order(c, best_order, lattice, time_limit=LOCAL_SHARE * time_limit,
+    local_limit = LOCAL_SHARE * time_limit
+    if large:
+        local_limit = done.t0 + LARGE_LOCAL_SHARE * time_limit - time.perf_counter()
+    better = improve_order(c, best_order, lattice, time_limit=max(0.0, local_limit),
                            lower_bound=lb)
     if c.peak_of(better) < best_peak:
         best_name, best_order, best_peak = f"{best_name}+local", better, c.peak_of(better)
-    if best_peak <= lb or c.n > EXACT_MAX_TASKS:
+    if best_peak <= lb or large:
         return done(best_order, best_name, False, lb)
     rlattice = lattice if p.rc is c else Lattice(p.rc, p.rbounds)
     res = exact_order(p.rc, best_peak, time_limit=(1 - LOCAL_SHARE) * time_limit,

@@ -36,7 +36,9 @@ from __future__ import annotations
 
 import heapq
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from functools import cached_property
 
 from thrifty.memory.order.compact import Compact
 
@@ -75,14 +77,27 @@ class Lattice:
             task_bounds = c.task_bounds() if with_bounds else [0] * n
         self.bounds = task_bounds
         self.by_bound = sorted(range(n), key=lambda t: -self.bounds[t])
-        self.pred_mask = [0] * n
-        for t in range(n):
+
+    @cached_property
+    def pred_mask(self) -> list[int]:
+        """Per task, the set of its predecessors (built when a search first needs it: the
+        windows of a large graph are searched on their own lattices, :meth:`window`)."""
+        c = self.c
+        masks = [0] * c.n
+        for t in range(c.n):
             for p in c.preds[t]:
-                self.pred_mask[t] |= 1 << p
-        self.reader_mask = [0] * len(c.size)
+                masks[t] |= 1 << p
+        return masks
+
+    @cached_property
+    def reader_mask(self) -> list[int]:
+        """Per buffer, the set of the tasks that read it."""
+        c = self.c
+        masks = [0] * len(c.size)
         for b in range(len(c.size)):
             for r in c.readers[b]:
-                self.reader_mask[b] |= 1 << r
+                masks[b] |= 1 << r
+        return masks
 
     def moves(self, v: int, mem: int, s: int, ready: int) -> list[tuple[int, int, int, int]]:
         """The moves from a state (peak so far ``v``, bytes resident ``mem``, executed set
@@ -109,6 +124,80 @@ class Lattice:
             moves.append((t, nv, nm, ns))
         return moves
 
+    def window(self, tasks: Sequence[int], ran: Callable[[int], bool]
+               ) -> tuple[Lattice, list[int]]:
+        """The lattice of re-ordering ``tasks`` alone, numbered ``0..len(tasks)-1``.
+
+        ``tasks`` are a window of an order: each of their predecessors ran before them
+        (``ran(t)``) or is one of them. Sets of the window are then small integers instead
+        of sets of the whole graph. A buffer read by a task that runs after the window
+        stays resident (a result, for the window); one whose other readers all ran before
+        is freed by its last reader in the window, as in the whole graph. The window's
+        view lists no writes (the search needs only ``out`` and ``kept``); its searches
+        take the same steps as this lattice's between the same sets (same bounds, same
+        tie-breaking: the numbering keeps the tasks' order). Returns the window's lattice
+        and the task of each of its numbers.
+        """
+        c = self.c
+        win = sorted(tasks)
+        local = {t: i for i, t in enumerate(win)}
+        bix: dict[int, int] = {}
+        size: list[int] = []
+        readers: list[tuple[int, ...]] = []
+        stays: list[bool] = []
+        reads = []
+        for t in win:
+            rd = []
+            for b in c.reads[t]:
+                j = bix.get(b)
+                if j is None:
+                    j = bix[b] = len(size)
+                    size.append(c.size[b])
+                    readers.append(tuple(local[r] for r in c.readers[b] if r in local))
+                    stays.append(c.result[b] or any(r not in local and not ran(r)
+                                                    for r in c.readers[b]))
+                rd.append(j)
+            reads.append(tuple(rd))
+        sub = Compact(
+            ids=tuple(win), reads=tuple(reads), writes=tuple(() for _ in win),
+            out=tuple(c.out[t] for t in win), kept=tuple(c.kept[t] for t in win),
+            ws=tuple(c.ws[t] for t in win),
+            preds=tuple(tuple(local[p] for p in c.preds[t] if p in local) for t in win),
+            succs=tuple(tuple(local[q] for q in c.succs[t] if q in local) for t in win),
+            size=tuple(size), producer=tuple(-1 for _ in size), readers=tuple(readers),
+            result=tuple(stays), initial=0, start_mem=0)
+        return Lattice(sub, [self.bounds[t] for t in win]), win
+
+    def _todo(self, span: int) -> list[int]:
+        """The tasks of the set ``span``, highest bound first (ties: lower number first)."""
+        if span.bit_count() * 64 > self.c.n:  # many: one pass over all tasks
+            return [t for t in self.by_bound if (span >> t) & 1]
+        todo = []
+        while span:  # few (a window): their bits only
+            low = span & -span
+            todo.append(low.bit_length() - 1)
+            span ^= low
+        bounds = self.bounds
+        todo.sort(key=lambda t: (-bounds[t], t))
+        return todo
+
+    def replay(self, s: int, mem: int, tasks: list[int]) -> tuple[list[int], list[int]]:
+        """Bytes in use during each of ``tasks`` and resident after it, run in this order
+        from executed set ``s`` with ``mem`` bytes resident (the steps of
+        :meth:`~thrifty.memory.order.compact.Compact.profile`)."""
+        c, hill, reader_mask = self.c, self.hill, self.reader_mask
+        size, result, reads, kept = c.size, c.result, c.reads, c.kept
+        during, after = [], []
+        for t in tasks:
+            during.append(mem + hill[t])
+            s |= 1 << t
+            mem += kept[t]
+            for b in reads[t]:
+                if not result[b] and reader_mask[b] & ~s == 0:
+                    mem -= size[b]
+            after.append(mem)
+        return during, after
+
     def search(self, start: int, goal: int, start_mem: int, start_value: int,
                upper_bound: int | None, deadline: float, max_states: int
                ) -> tuple[list[int] | None, int | None, int, bool, int]:
@@ -118,7 +207,7 @@ class Lattice:
         are ``None`` when the search stopped early or nothing beats ``upper_bound``.
         """
         c, bounds, pred_mask = self.c, self.bounds, self.pred_mask
-        todo = [t for t in self.by_bound if (goal >> t) & 1 and not (start >> t) & 1]
+        todo = self._todo(goal & ~start)
 
         def rest_bound(s: int) -> int:
             for t in todo:

@@ -168,14 +168,14 @@ def greedy_peak(c: Compact) -> list[int]:
     return _greedy(c, lambda t, f: (c.out[t] + c.ws[t], c.kept[t] - f, t))
 
 
-def beam(c: Compact) -> list[int]:
+def beam(c: Compact, time_limit: float | None = None) -> list[int]:
     """Beam search over executed sets (:mod:`thrifty.memory.order.beam`), its width by size:
     32 states up to 2,000 tasks, 8 up to 10,000, and a single state (a look-ahead greedy)
-    beyond."""
+    beyond; after ``time_limit`` seconds, a single state."""
     from thrifty.memory.order.beam import beam_order
 
     width = 32 if c.n <= 2000 else 8 if c.n <= 10_000 else 1
-    return beam_order(c, width=width)
+    return beam_order(c, width=width, time_limit=time_limit)
 
 
 BASELINES: dict[str, Callable[[Compact], list[int]]] = {

@@ -3,7 +3,9 @@
 The tasks executed before a window and the tasks after it are fixed, so the resident bytes
 outside the window do not depend on the order inside it; the least peak of the window's
 own steps is found by the exact best-first search of :mod:`thrifty.memory.order.exact`
-between the two executed sets. Windows that contain a peak step are re-solved, growing
+between the two executed sets, on a lattice of the window's tasks alone
+(:meth:`~thrifty.memory.order.exact.Lattice.window`: sets of a few tasks instead of sets of
+the whole graph, the same search). Windows that contain a peak step are re-solved, growing
 when no window of the current size helps, until the peak meets the lower bound, no window
 helps, or time runs out. This is the window-based refinement used after a heuristic, as in
 the "divide and conquer" step of Serenity (Ahn et al., MLSys 2020).
@@ -22,19 +24,12 @@ True
 from __future__ import annotations
 
 import time
-
-import numpy as np
+from collections.abc import Callable
 
 from thrifty.memory.order.compact import Compact
 from thrifty.memory.order.exact import Lattice
 
 __all__ = ["improve_order"]
-
-
-def _mask(tasks: list[int], n: int) -> int:
-    bits = np.zeros(max(n, 1), dtype=bool)
-    bits[tasks] = True
-    return int.from_bytes(np.packbits(bits, bitorder="little").tobytes(), "little")
 
 
 def improve_order(c: Compact, order: list[int], lattice: Lattice | None = None,
@@ -62,9 +57,12 @@ def improve_order(c: Compact, order: list[int], lattice: Lattice | None = None,
     lat = lattice if lattice is not None else Lattice(c)
     lb = c.lower_bound(lat.bounds) if lower_bound is None else lower_bound
     order = list(order)
+    during, after = c.profile(order)  # kept up to date window by window
+    pos = [0] * n
+    for i, t in enumerate(order):
+        pos[t] = i
     w = window
     while time.perf_counter() < deadline:
-        during, after = c.profile(order)
         peak = max(during)
         if peak <= max(lb, c.initial):
             break
@@ -73,12 +71,15 @@ def improve_order(c: Compact, order: list[int], lattice: Lattice | None = None,
             for lo in (k - w + 1, k - w // 2, k):
                 lo = max(0, min(lo, n - w))
                 hi = min(n, lo + w)
-                start = _mask(order[:lo], n)
-                goal = start | _mask(order[lo:hi], n)
+                sub, win = lat.window(order[lo:hi], _ran_before(pos, lo))
                 mem = after[lo - 1] if lo > 0 else c.start_mem
-                found, _, _, _, _ = lat.search(start, goal, mem, 0, peak, deadline, 50_000)
+                found, _, _, _, _ = sub.search(0, (1 << len(win)) - 1, mem, 0, peak,
+                                               deadline, 50_000)
                 if found is not None:
-                    order[lo:hi] = found
+                    order[lo:hi] = [win[i] for i in found]
+                    during[lo:hi], after[lo:hi] = sub.replay(0, mem, found)
+                    for i in range(lo, hi):
+                        pos[order[i]] = i
                     helped = True
                     break
                 if time.perf_counter() > deadline:
@@ -90,3 +91,8 @@ def improve_order(c: Compact, order: list[int], lattice: Lattice | None = None,
                 break
             w = min(2 * w, max_window)
     return order
+
+
+def _ran_before(pos: list[int], lo: int) -> Callable[[int], bool]:
+    """Whether a task comes before step ``lo`` of the order (``pos``: each task's step)."""
+    return lambda t: pos[t] < lo

@@ -45,7 +45,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from thrifty.memory.order.compact import Compact
-from thrifty.memory.order.segments import Seq, liu_merge, reversed_seq, split_at_least
+from thrifty.memory.order.segments import (
+    Seq,
+    liu_merge,
+    no_cycle_collection,
+    reversed_seq,
+    split_at_least,
+)
 
 __all__ = ["sp_decompose", "sp_order"]
 
@@ -154,6 +160,11 @@ def _parallel(parts: list[Seq]) -> Seq:
 
 def sp_order(c: Compact) -> list[int] | None:
     """An order of least peak for a series-parallel graph in the edge model, or ``None``."""
+    with no_cycle_collection():
+        return _sp_order(c)
+
+
+def _sp_order(c: Compact) -> list[int] | None:
     dec = sp_decompose(c)
     if dec is None:
         return None
@@ -179,9 +190,7 @@ def sp_order(c: Compact) -> list[int] | None:
             assert left is not None and right is not None
             seqs[nd.left] = seqs[nd.right] = None
             m = nd.mid
-            left.tasks.append(m)
-            left.during.append(left.final() + c.out[m] + c.ws[m])
-            left.after.append(right.init)
+            left.push(m, left.final() + c.out[m] + c.ws[m], right.init)
             left.extend(right)
             seqs[i] = left
         else:

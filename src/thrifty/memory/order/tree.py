@@ -35,7 +35,7 @@ needs 3 more bytes of workspace)::
 from __future__ import annotations
 
 from thrifty.memory.order.compact import Compact
-from thrifty.memory.order.segments import Seq, liu_merge
+from thrifty.memory.order.segments import Seq, liu_merge, no_cycle_collection
 
 __all__ = ["is_in_forest", "liu_in_tree"]
 
@@ -64,6 +64,11 @@ def is_in_forest(c: Compact) -> bool:
 
 def liu_in_tree(c: Compact) -> list[int]:
     """An order of least peak for an in-forest (check :func:`is_in_forest` first)."""
+    with no_cycle_collection():
+        return _liu_in_tree(c)
+
+
+def _liu_in_tree(c: Compact) -> list[int]:
     kids: list[list[int]] = [[] for _ in range(c.n)]
     roots: list[int] = []
     for t in range(c.n):
