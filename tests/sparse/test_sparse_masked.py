@@ -366,12 +366,23 @@ def _dense_masked(A, B, M):  # the oracle: dense product at the mask's entries, 
        m=st.one_of(st.integers(1, 40), st.integers(2 * masked.HIT_BLOCK - 8, 700)),
        heavy=st.integers(1, 4), light=st.integers(0, 6), rows=st.data(),
        dtype=st.sampled_from(["float32", "float64", "int64", "complex128"]),
+       rate=st.sampled_from([0, 16, masked.HIT_RATE_BRANCH_FREE, 2**40]),
        seed=st.integers(0, 2**16))
 def test_masked_rows_on_power_law_patterns_equal_dense_reference(n, k, m, heavy, light, rows,
-                                                                 dtype, seed):
+                                                                 dtype, rate, seed):
     # rows of B longer than HIT_BLOCK (blocks of the branch-free test), heavy and empty
     # rows in A, B and the mask, a mask with entries where A @ B is structurally zero
-    # (their value is 0: the kernel writes every mask entry), any row range
+    # (their value is 0: the kernel writes every mask entry), any row range; the test of
+    # each entry with a branch (rate 0), branch-free wherever a row hit (2**40), or mixed
+    real = masked.HIT_RATE_BRANCH_FREE
+    masked.HIT_RATE_BRANCH_FREE = rate
+    try:
+        _power_law_case(n, k, m, heavy, light, rows, dtype, seed)
+    finally:
+        masked.HIT_RATE_BRANCH_FREE = real
+
+
+def _power_law_case(n, k, m, heavy, light, rows, dtype, seed):
     rng = np.random.default_rng(seed)
     A = _power_law_csr(n, k, heavy, light, rng, dtype)
     B = _power_law_csr(k, m, heavy, light, rng, dtype)
@@ -451,3 +462,28 @@ def test_plan_on_power_law_triangle_product_equals_dense_reference(limit, monkey
             assert np.count_nonzero(got.data) == np.count_nonzero(want)
         else:
             assert got.nnz == np.count_nonzero((D != 0).astype(int) @ (D != 0) * D)
+
+
+@pytest.mark.parametrize("rate", [0, masked.HIT_RATE_BRANCH_FREE, 2**40])
+@pytest.mark.parametrize("mask", ["tril", "band", "blocks"])
+def test_masked_rows_on_masks_of_consecutive_columns(mask, rate, monkeypatch):
+    # mask rows of consecutive columns: rows of B inside the row's range are added without
+    # a test, rows of B reaching past it (either side) are tested
+    monkeypatch.setattr(masked, "HIT_RATE_BRANCH_FREE", rate)
+    n = 300
+    rng = np.random.default_rng(7)
+    i, j = np.indices((n, n))
+    keep = {"tril": j < i, "band": abs(i - j) <= 5, "blocks": i // 40 == j // 40}[mask]
+    M = sp.csr_array(keep.astype(float))
+    A = sp.csr_array(rng.integers(-2, 3, (n, n)) * (rng.random((n, n)) < 0.3))
+    B = sp.csr_array(rng.integers(-2, 3, (n, n)) * (np.tril(rng.random((n, n)) < 0.6)
+                     | (abs(i - j) <= 3)))
+    for X in (A, B):
+        X.eliminate_zeros()
+    for L in (sp.csr_array(sp.tril(M, -1)), M):  # and the triangle product's own form
+        out = np.empty(L.nnz)
+        masked_rows(A, B, L, None, out, 0, n)
+        np.testing.assert_array_equal(out, _dense_masked(A, B, L))
+        out = np.empty(L.nnz)
+        masked_rows(L, L, L, None, out, 0, n)
+        np.testing.assert_array_equal(out, _dense_masked(L, L, L))

@@ -35,9 +35,9 @@ import scipy.sparse as sp
 
 from thrifty.sparse.outputs import prefetch
 
-__all__ = ["HIT_BLOCK", "RECORD_LIMIT", "MaskedPairs", "MaskedRows", "entry_positions",
-           "kept_entries", "masked_counts", "masked_pairs", "masked_rows", "masked_walk",
-           "walk_chunks"]
+__all__ = ["HIT_BLOCK", "HIT_RATE_BRANCH_FREE", "RECORD_LIMIT", "MaskedPairs", "MaskedRows",
+           "entry_positions", "kept_entries", "masked_counts", "masked_pairs", "masked_rows",
+           "masked_walk", "walk_chunks"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -46,45 +46,76 @@ _jit = numba.njit(nogil=True, cache=True)
 RECORD_LIMIT = 1 << 24
 
 
-#: Entries of a row of ``B`` tested against the mask per block of :func:`_masked`: the
-#: positions of a block's hits fit in L1 cache beside the marks.
+#: Entries of a row of ``B`` tested against the mask per block of :func:`_masked`'s
+#: branch-free test: the positions of a block's hits fit in L1 cache beside the marks.
 HIT_BLOCK = 256
+#: :func:`_masked` tests a row's entries without a branch when more than one in this many
+#: of the recent rows' entries hit the mask (a branch on each entry costs little where
+#: hits are rare and mispredicts at every hit where they are not: rmat-14 took 1.28x,
+#: 1.14x and 1.0x the time of one in 1024 with one in 16, 64 and 2**20, measured).
+HIT_RATE_BRANCH_FREE = 1024
 
 
 @_jit
 def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, mark, acc, hits,
-            r0, r1):  # pragma: no cover - compiled
+            r0, r1, rate):  # pragma: no cover - compiled
     # Per row: the mask row's columns marked (mark[c] = 1: a byte per column), then for
-    # each a_ik the row of B is tested against the marks in blocks, without a branch per
-    # entry (each entry's position is written and the count advanced by its mark: most
-    # entries miss the mask, and a branch on each mispredicted at every hit), and only the
-    # block's hits are multiplied and added into acc, a dense accumulator over the
-    # columns; the mask row's entries are then read out of acc (and acc reset there).
-    # Each entry sums its terms in the walk's order (a_ik by k, then B's row), as the
-    # position-array form did (1.5-1.8x its time on rmat-17 with one thread, measured).
-    # (cutting each row of B to the mask row's column range by binary search, and marking
-    # the mask row only once a row of B reaches it, ran up to 3x slower on the benchmark's
-    # instances, measured: the plain walk is kept)
+    # each a_ik the row of B tested against the marks, and the hits multiplied and added
+    # into acc, a dense accumulator over the columns; the mask row's entries are then read
+    # out of acc (and acc reset there). Where more than one in `rate` of the entries seen
+    # in the last rows hit (the counts halved at each row), the test is branch-free: each
+    # block of B's row is compacted to its hits (each entry's position written, the count
+    # advanced by its mark) and only those are multiplied and added (a branch on each
+    # entry took 1.6-1.8x the time on rmat-14 and rmat-17, measured; where hits are rare,
+    # as on poisson3d-40 and random-50000-16, the branch stays: 0.92-0.95x the time of
+    # the position-array kernel this one replaced, whose pass had no counts to keep).
+    # Each entry sums its terms in the walk's order (a_ik by k, then B's row) whichever
+    # test runs.
+    # (cutting each row of B to the mask row's column range by binary search, marking the
+    # mask row only once a row of B reaches it, and searching the mask row's columns in
+    # rows of B much longer than it ran slower or no faster, measured: the walk is kept)
     base = mip[r0]
     scaled = spos.shape[0] > 0
     nblk = hits.shape[0]
+    seen, hit = 0, 0
     for i in range(r0, r1):
         m0, m1 = mip[i], mip[i + 1]
         if m0 == m1:
             continue
         for p in range(m0, m1):
             mark[mix[p]] = 1
+        # a mask row of consecutive columns holds every column of a row of B within its
+        # range: such rows of B need no test (a dense matrix stored sparse, bands, blocks)
+        lo, hi = mix[m0], mix[m1 - 1]
+        whole = hi - lo == m1 - m0 - 1
+        compact = hit * rate > seen
+        seen >>= 1
+        hit >>= 1
         for pa in range(aip[i], aip[i + 1]):
             k = aix[pa]
             a = adata[pa]
-            for s in range(bip[k], bip[k + 1], nblk):
-                nh = 0
-                for pb in range(s, min(s + nblk, bip[k + 1])):
-                    hits[nh] = pb
-                    nh += mark[bix[pb]]
-                for t in range(nh):
-                    pb = hits[t]
+            b0, b1 = bip[k], bip[k + 1]
+            seen += b1 - b0
+            if whole and b0 < b1 and bix[b0] >= lo and bix[b1 - 1] <= hi:
+                for pb in range(b0, b1):
                     acc[bix[pb]] += a * bdata[pb]
+                hit += b1 - b0
+            elif compact:
+                for s in range(b0, b1, nblk):
+                    nh = 0
+                    for pb in range(s, min(s + nblk, b1)):
+                        hits[nh] = pb
+                        nh += mark[bix[pb]]
+                    for t in range(nh):
+                        pb = hits[t]
+                        acc[bix[pb]] += a * bdata[pb]
+                    hit += nh
+            else:
+                for pb in range(b0, b1):
+                    c = bix[pb]
+                    if mark[c]:
+                        acc[c] += a * bdata[pb]
+                        hit += 1
         for p in range(m0, m1):
             c = mix[p]
             out[p - base] = acc[c] * scale[spos[p]] if scaled else acc[c]
@@ -446,9 +477,9 @@ def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
 
 def masked_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, scale: np.ndarray | None,
                 out: np.ndarray, r0: int, r1: int, spos: np.ndarray | None = None) -> None:
-    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order),
-    each times ``scale[spos[p]]`` at entry ``p`` when ``scale`` is given (``spos``
-    defaults to ``M``'s own entry order).
+    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order;
+    ``B`` and ``M`` canonical: rows sorted, no duplicates), each times ``scale[spos[p]]``
+    at entry ``p`` when ``scale`` is given (``spos`` defaults to ``M``'s own entry order).
 
     Example: see the module docstring.
     """
@@ -458,7 +489,7 @@ def masked_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, scale: np.nda
         np.arange(M.nnz, dtype=np.int64) if spos is None else spos
     _masked(A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, M.indptr, M.indices,
             sc, sp_, out, np.zeros(n_cols, dtype=np.uint8), np.zeros(n_cols, dtype=out.dtype),
-            np.empty(HIT_BLOCK, dtype=np.int64), r0, r1)
+            np.empty(HIT_BLOCK, dtype=np.int64), r0, r1, HIT_RATE_BRANCH_FREE)
 
 
 class MaskedRows:
