@@ -487,3 +487,19 @@ def test_masked_rows_on_masks_of_consecutive_columns(mask, rate, monkeypatch):
         out = np.empty(L.nnz)
         masked_rows(L, L, L, None, out, 0, n)
         np.testing.assert_array_equal(out, _dense_masked(L, L, L))
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.5, 0.01])
+def test_entry_positions_in_long_rows_equal_a_search_of_the_flat_keys(keep):
+    # rows of about 1500 entries: the galloping search's steps reach far along the row
+    rng = np.random.default_rng(11)
+    n, m = 50, 3000
+    S = sp.csr_array(sp.random_array((n, m), density=0.5, format="csr", rng=rng))
+    R = sp.csr_array(sp.random_array((n, m), density=0.01, format="csr", rng=rng))
+    P = sp.csr_array(S.multiply(rng.random(S.shape) < keep) + R)
+    P.sort_indices()
+    pos, found = entry_positions(P, S)
+    skeys = np.repeat(np.arange(n), np.diff(S.indptr)) * m + S.indices
+    keys = np.repeat(np.arange(n), np.diff(P.indptr)) * m + P.indices
+    np.testing.assert_array_equal(found, np.isin(keys, skeys))
+    np.testing.assert_array_equal(pos[found], np.searchsorted(skeys, keys[found]))
