@@ -330,3 +330,176 @@ def test_plan_uses_the_pairs_propagation_recorded():
     assert "masked_spgemm_pairs" in plan.report()["kernels"]
     D = L.toarray()
     _check(plan, {"L": L}, (D @ D) * D)
+
+
+def _power_law_csr(n: int, m: int, heavy: int, light: int, rng: np.random.Generator,
+                   dtype: str) -> sp.csr_array:
+    """A canonical CSR with ``heavy`` rows holding most columns (up to all of them) and
+    the rest ``0..light`` entries each, on columns drawn with Zipf-like weights (a few heavy
+    columns too); entries are small nonzero integers (exact sums). Empty rows included."""
+    w = 1.0 / rng.permutation(np.arange(1, m + 1)) ** 1.2
+    w /= w.sum()
+    hv = set(rng.choice(n, min(heavy, n), replace=False).tolist())
+    rows, cols = [], []
+    for i in range(n):
+        d = int(rng.integers(m // 2, m + 1)) if i in hv else int(rng.integers(0, light + 1))
+        c = np.sort(rng.choice(m, d, replace=False)) if i in hv else \
+            np.unique(rng.choice(m, d, p=w))
+        rows.append(np.full(len(c), i))
+        cols.append(c)
+    r, c = np.concatenate(rows), np.concatenate(cols)
+    vals = rng.choice(np.array([-3, -2, -1, 1, 2, 3]), len(r)).astype(dtype)
+    A = sp.csr_array((vals, (r, c)), shape=(n, m))
+    A.sum_duplicates()
+    A.sort_indices()
+    assert A.has_canonical_format and np.all(A.data != 0)
+    return A
+
+
+def _dense_masked(A, B, M):  # the oracle: dense product at the mask's entries, CSR order
+    rows = np.repeat(np.arange(M.shape[0]), np.diff(M.indptr))
+    return (A.toarray() @ B.toarray())[rows, M.indices]
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(n=st.integers(1, 90), k=st.integers(1, 300),
+       m=st.one_of(st.integers(1, 40), st.integers(2 * masked.HIT_BLOCK - 8, 700)),
+       heavy=st.integers(1, 4), light=st.integers(0, 6), rows=st.data(),
+       dtype=st.sampled_from(["float32", "float64", "int64", "complex128"]),
+       rate=st.sampled_from([0, 16, masked.HIT_RATE_BRANCH_FREE, 2**40]),
+       seed=st.integers(0, 2**16))
+def test_masked_rows_on_power_law_patterns_equal_dense_reference(n, k, m, heavy, light, rows,
+                                                                 dtype, rate, seed):
+    # rows of B longer than HIT_BLOCK (blocks of the branch-free test), heavy and empty
+    # rows in A, B and the mask, a mask with entries where A @ B is structurally zero
+    # (their value is 0: the kernel writes every mask entry), any row range; the test of
+    # each entry with a branch (rate 0), branch-free wherever a row hit (2**40), or mixed
+    real = masked.HIT_RATE_BRANCH_FREE
+    masked.HIT_RATE_BRANCH_FREE = rate
+    try:
+        _power_law_case(n, k, m, heavy, light, rows, dtype, seed)
+    finally:
+        masked.HIT_RATE_BRANCH_FREE = real
+
+
+def _power_law_case(n, k, m, heavy, light, rows, dtype, seed):
+    rng = np.random.default_rng(seed)
+    A = _power_law_csr(n, k, heavy, light, rng, dtype)
+    B = _power_law_csr(k, m, heavy, light, rng, dtype)
+    U = sp.random_array((n, m), density=rng.uniform(0, 0.3), format="csr", rng=rng)
+    M = sp.csr_array(_power_law_csr(n, m, heavy, light + 4, rng, dtype) + U.astype(bool)
+                     .astype(dtype))  # and entries anywhere in the rows
+    M.sort_indices()
+    r0 = rows.draw(st.integers(0, n))
+    r1 = rows.draw(st.integers(r0, n))
+    p0, p1 = M.indptr[r0], M.indptr[r1]
+    want = _dense_masked(A, B, M)
+    out = np.full(M.nnz, 7, dtype=dtype)  # entries outside the range stay as they were
+    masked_rows(A, B, M, None, out[p0:p1], r0, r1)
+    np.testing.assert_array_equal(out[p0:p1], want[p0:p1])
+    assert np.all(out[:p0] == 7) and np.all(out[p1:] == 7)
+    # and times the mask's own values (S * (A @ B) with S stored on M's entries)
+    out2 = np.empty(M.nnz, dtype=dtype)
+    masked_rows(A, B, M, M.data, out2, 0, n)
+    np.testing.assert_array_equal(out2, want * M.data)
+
+
+def test_masked_rows_blocks_of_a_long_row_of_b():
+    # a single row of B of 3 * HIT_BLOCK + 5 entries, hit at the blocks' edges only
+    w = 3 * masked.HIT_BLOCK + 5
+    B = sp.csr_array(np.arange(1.0, w + 1)[None, :])
+    A = sp.csr_array(np.array([[2.0], [0.0], [-1.0]]))
+    cols = [0, masked.HIT_BLOCK - 1, masked.HIT_BLOCK, 2 * masked.HIT_BLOCK, w - 1]
+    M = sp.csr_array((np.ones(10), (np.repeat([0, 1], 5), cols * 2)), shape=(3, w))
+    out = np.full(M.nnz, np.nan)
+    masked_rows(A, B, M, None, out, 0, 3)
+    np.testing.assert_array_equal(out, _dense_masked(A, B, M))
+    assert out[5:].tolist() == [0.0] * 5  # row 1 of A is empty: structurally zero
+
+
+def test_masked_rows_sums_each_entry_in_walk_order():
+    # float64 sums depend on their order: the kernel adds an entry's terms in the order
+    # of the row walk (k ascending), as the recorded-pairs kernel does
+    rng = np.random.default_rng(1)
+    A = sp.csr_array(sp.random_array((60, 80), density=0.3, format="csr", rng=rng,
+                                     data_sampler=lambda size: rng.standard_normal(size)
+                                     * 10.0 ** rng.integers(-8, 9, size)))
+    B = sp.csr_array(sp.random_array((80, 700), density=0.5, format="csr", rng=rng))
+    M = sp.csr_array(sp.random_array((60, 700), density=0.05, format="csr", rng=rng))
+    out = np.empty(M.nnz)
+    masked_rows(A, B, M, None, out, 0, 60)
+    ptr, ia, ib = masked_pairs(A, B, M)
+    want = np.array([sum((A.data[ia[t]] * B.data[ib[t]] for t in range(ptr[p], ptr[p + 1])),
+                         0.0) for p in range(M.nnz)])
+    np.testing.assert_array_equal(out, want)
+
+
+@pytest.mark.parametrize("limit", [0, None])
+def test_plan_on_power_law_triangle_product_equals_dense_reference(limit, monkeypatch):
+    # limit 0: inspection counts no pairs and the stored entries are those of the mask in
+    # blocks the product reaches (some where L @ L is structurally zero: they hold 0);
+    # None: the exact pattern is inspected
+    from thrifty.sparse import pattern
+
+    if limit is not None:  # (and no exact product pattern either)
+        monkeypatch.setattr(pattern, "MASKED_PRODUCT_LIMIT", limit)
+        monkeypatch.setattr(pattern, "EXACT_PRODUCT_LIMIT", limit)
+        monkeypatch.setattr(lower_matmul, "MASKED_PRODUCT_LIMIT", limit)
+    rng = np.random.default_rng(4)
+    G = _power_law_csr(700, 700, 3, 5, rng, "float64")
+    L = sp.csr_array(sp.tril(G + G.T, -1))
+    L.data[:] = rng.integers(1, 4, L.nnz)
+    L.sort_indices()
+    D = L.toarray()
+    want = (D @ D) * D
+    for cost in (None, PANELS):
+        plan = _plan(lambda L: (L @ L) * L, {"L": L}, cost, pairs=False)
+        assert "masked_spgemm" in plan.report()["kernels"]
+        _check(plan, {"L": L}, want)
+        got = plan.run({"L": L})
+        if limit is not None:  # a superset of the exact pattern, zeros stored
+            assert np.count_nonzero(want) < got.nnz <= L.nnz
+            assert np.count_nonzero(got.data) == np.count_nonzero(want)
+        else:
+            assert got.nnz == np.count_nonzero((D != 0).astype(int) @ (D != 0) * D)
+
+
+@pytest.mark.parametrize("rate", [0, masked.HIT_RATE_BRANCH_FREE, 2**40])
+@pytest.mark.parametrize("mask", ["tril", "band", "blocks"])
+def test_masked_rows_on_masks_of_consecutive_columns(mask, rate, monkeypatch):
+    # mask rows of consecutive columns: rows of B inside the row's range are added without
+    # a test, rows of B reaching past it (either side) are tested
+    monkeypatch.setattr(masked, "HIT_RATE_BRANCH_FREE", rate)
+    n = 300
+    rng = np.random.default_rng(7)
+    i, j = np.indices((n, n))
+    keep = {"tril": j < i, "band": abs(i - j) <= 5, "blocks": i // 40 == j // 40}[mask]
+    M = sp.csr_array(keep.astype(float))
+    A = sp.csr_array(rng.integers(-2, 3, (n, n)) * (rng.random((n, n)) < 0.3))
+    B = sp.csr_array(rng.integers(-2, 3, (n, n)) * (np.tril(rng.random((n, n)) < 0.6)
+                     | (abs(i - j) <= 3)))
+    for X in (A, B):
+        X.eliminate_zeros()
+    for L in (sp.csr_array(sp.tril(M, -1)), M):  # and the triangle product's own form
+        out = np.empty(L.nnz)
+        masked_rows(A, B, L, None, out, 0, n)
+        np.testing.assert_array_equal(out, _dense_masked(A, B, L))
+        out = np.empty(L.nnz)
+        masked_rows(L, L, L, None, out, 0, n)
+        np.testing.assert_array_equal(out, _dense_masked(L, L, L))
+
+
+@pytest.mark.parametrize("keep", [1.0, 0.5, 0.01])
+def test_entry_positions_in_long_rows_equal_a_search_of_the_flat_keys(keep):
+    # rows of about 1500 entries: the galloping search's steps reach far along the row
+    rng = np.random.default_rng(11)
+    n, m = 50, 3000
+    S = sp.csr_array(sp.random_array((n, m), density=0.5, format="csr", rng=rng))
+    R = sp.csr_array(sp.random_array((n, m), density=0.01, format="csr", rng=rng))
+    P = sp.csr_array(S.multiply(rng.random(S.shape) < keep) + R)
+    P.sort_indices()
+    pos, found = entry_positions(P, S)
+    skeys = np.repeat(np.arange(n), np.diff(S.indptr)) * m + S.indices
+    keys = np.repeat(np.arange(n), np.diff(P.indptr)) * m + P.indices
+    np.testing.assert_array_equal(found, np.isin(keys, skeys))
+    np.testing.assert_array_equal(pos[found], np.searchsorted(skeys, keys[found]))

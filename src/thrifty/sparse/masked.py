@@ -1,11 +1,13 @@
 """Mask-driven masked SpGEMM: ``(A @ B) * S`` computed only at the entries of ``S``.
 
-Row by row (Gustavson's order), the mask row's columns are marked in a dense accumulator
-(a position array over the columns, reset after the row), then each entry ``a_ik`` of the
-row of ``A`` walks row ``k`` of ``B`` and accumulates only where the column is marked
-(Aznaveh et al., "Parallel GraphBLAS with OpenMP", CSC 2020; the masked row-wise SpGEMM of
-Milaković et al., 2022). An elementwise product with the mask's own values is applied as
-each entry is written, so ``(L @ L) * L`` is one pass and no intermediate product exists.
+Row by row (Gustavson's order), the mask row's columns are marked (a byte per column,
+reset after the row), then each entry ``a_ik`` of the row of ``A`` walks row ``k`` of
+``B`` and accumulates, into a dense accumulator over the columns, only where the column is
+marked (Aznaveh et al., "Parallel GraphBLAS with OpenMP", CSC 2020; the masked row-wise
+SpGEMM of Milaković et al., 2022). The test against the marks is branch-free: a block of
+``B``'s row is compacted to its hits first (most entries miss the mask), and only the hits
+are multiplied and added. An elementwise product with the mask's own values is applied as
+each entry is read out, so ``(L @ L) * L`` is one pass and no intermediate product exists.
 
 The same walk, run once at inspection, counts the pairs ``(a_ik, b_kj)`` landing on each
 mask entry (:func:`masked_counts`): the entries with none are structurally zero
@@ -33,8 +35,9 @@ import scipy.sparse as sp
 
 from thrifty.sparse.outputs import prefetch
 
-__all__ = ["RECORD_LIMIT", "MaskedPairs", "MaskedRows", "entry_positions", "kept_entries",
-           "masked_counts", "masked_pairs", "masked_rows", "masked_walk", "walk_chunks"]
+__all__ = ["HIT_BLOCK", "HIT_RATE_BRANCH_FREE", "RECORD_LIMIT", "MaskedPairs", "MaskedRows",
+           "entry_positions", "kept_entries", "masked_counts", "masked_pairs", "masked_rows",
+           "masked_walk", "walk_chunks"]
 
 _jit = numba.njit(nogil=True, cache=True)
 
@@ -43,33 +46,81 @@ _jit = numba.njit(nogil=True, cache=True)
 RECORD_LIMIT = 1 << 24
 
 
+#: Entries of a row of ``B`` tested against the mask per block of :func:`_masked`'s
+#: branch-free test: the positions of a block's hits fit in L1 cache beside the marks.
+HIT_BLOCK = 256
+#: :func:`_masked` tests a row's entries without a branch when more than one in this many
+#: of the recent rows' entries hit the mask (a branch on each entry costs little where
+#: hits are rare and mispredicts at every hit where they are not: rmat-14 took 1.28x,
+#: 1.14x and 1.0x the time of one in 1024 with one in 16, 64 and 2**20, measured).
+HIT_RATE_BRANCH_FREE = 1024
+
+
 @_jit
-def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, pos, r0, r1):
-    # pragma: no cover - compiled
-    # (cutting each row of B to the mask row's column range by binary search, and marking
-    # the mask row only once a row of B reaches it, ran up to 3x slower on the benchmark's
-    # instances, measured: the plain walk is kept)
+def _masked(aip, aix, adata, bip, bix, bdata, mip, mix, scale, spos, out, mark, acc, hits,
+            r0, r1, rate):  # pragma: no cover - compiled
+    # Per row: the mask row's columns marked (mark[c] = 1: a byte per column), then for
+    # each a_ik the row of B tested against the marks, and the hits multiplied and added
+    # into acc, a dense accumulator over the columns; the mask row's entries are then read
+    # out of acc (and acc reset there). Where more than one in `rate` of the entries seen
+    # in the last rows hit (the counts halved at each row), the test is branch-free: each
+    # block of B's row is compacted to its hits (each entry's position written, the count
+    # advanced by its mark) and only those are multiplied and added (a branch on each
+    # entry took 1.6-1.8x the time on rmat-14 and rmat-17, measured; where hits are rare,
+    # as on poisson3d-40 and random-50000-16, the branch stays: 0.92-0.95x the time of
+    # the position-array kernel this one replaced, whose pass had no counts to keep).
+    # Each entry sums its terms in the walk's order (a_ik by k, then B's row) whichever
+    # test runs.
+    # (cutting each row of B to the mask row's column range by binary search, marking the
+    # mask row only once a row of B reaches it, and searching the mask row's columns in
+    # rows of B much longer than it ran slower or no faster, measured: the walk is kept)
     base = mip[r0]
     scaled = spos.shape[0] > 0
+    nblk = hits.shape[0]
+    seen, hit = 0, 0
     for i in range(r0, r1):
         m0, m1 = mip[i], mip[i + 1]
         if m0 == m1:
             continue
         for p in range(m0, m1):
-            pos[mix[p]] = p - base
-            out[p - base] = 0
+            mark[mix[p]] = 1
+        # a mask row of consecutive columns holds every column of a row of B within its
+        # range: such rows of B need no test (a dense matrix stored sparse, bands, blocks)
+        lo, hi = mix[m0], mix[m1 - 1]
+        whole = hi - lo == m1 - m0 - 1
+        compact = hit * rate > seen
+        seen >>= 1
+        hit >>= 1
         for pa in range(aip[i], aip[i + 1]):
             k = aix[pa]
             a = adata[pa]
-            for pb in range(bip[k], bip[k + 1]):
-                q = pos[bix[pb]]
-                if q >= 0:
-                    out[q] += a * bdata[pb]
+            b0, b1 = bip[k], bip[k + 1]
+            seen += b1 - b0
+            if whole and b0 < b1 and bix[b0] >= lo and bix[b1 - 1] <= hi:
+                for pb in range(b0, b1):
+                    acc[bix[pb]] += a * bdata[pb]
+                hit += b1 - b0
+            elif compact:
+                for s in range(b0, b1, nblk):
+                    nh = 0
+                    for pb in range(s, min(s + nblk, b1)):
+                        hits[nh] = pb
+                        nh += mark[bix[pb]]
+                    for t in range(nh):
+                        pb = hits[t]
+                        acc[bix[pb]] += a * bdata[pb]
+                    hit += nh
+            else:
+                for pb in range(b0, b1):
+                    c = bix[pb]
+                    if mark[c]:
+                        acc[c] += a * bdata[pb]
+                        hit += 1
         for p in range(m0, m1):
-            pos[mix[p]] = -1
-        if scaled:
-            for p in range(m0, m1):
-                out[p - base] *= scale[spos[p]]
+            c = mix[p]
+            out[p - base] = acc[c] * scale[spos[p]] if scaled else acc[c]
+            acc[c] = 0
+            mark[c] = 0
 
 
 @_jit
@@ -233,14 +284,25 @@ def kept_entries(cnt: np.ndarray, M: sp.csr_array
 
 @_jit
 def _positions(pip, pix, sip, six, pos, found):  # pragma: no cover - compiled
-    # per row, each entry of P searched in S's row, from where the last one was found
-    # (both rows sorted)
+    # per row, each entry of P searched in S's row from where the last one was found
+    # (both rows sorted): a galloping search, steps doubling from there, then a binary
+    # search within the last step, so that an entry a few places on costs a few
+    # comparisons (P is often most of S's entries: 0.62x the time of a binary search
+    # over the rest of the row with P = S = rmat-17's triangle mask; 0.7-1.0x with a
+    # random 70% or 10% of S's entries as P, and on poisson3d-64's, measured)
     last = max(six.shape[0] - 1, 0)
     for i in range(pip.shape[0] - 1):
         lo0, s1 = sip[i], sip[i + 1]
         for p in range(pip[i], pip[i + 1]):
             c = pix[p]
             lo, hi = lo0, s1
+            if lo < s1 and six[lo] < c:
+                step = 1
+                while lo + step < s1 and six[lo + step] < c:
+                    lo += step
+                    step <<= 1
+                hi = min(lo + step, s1)
+                lo += 1
             while lo < hi:
                 mid = (lo + hi) >> 1
                 if six[mid] < c:
@@ -426,18 +488,19 @@ def masked_pairs(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array,
 
 def masked_rows(A: sp.csr_array, B: sp.csr_array, M: sp.csr_array, scale: np.ndarray | None,
                 out: np.ndarray, r0: int, r1: int, spos: np.ndarray | None = None) -> None:
-    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order),
-    each times ``scale[spos[p]]`` at entry ``p`` when ``scale`` is given (``spos``
-    defaults to ``M``'s own entry order).
+    """Values of ``A @ B`` at the entries of mask ``M`` in rows ``[r0, r1)`` (CSR order;
+    ``B`` and ``M`` canonical: rows sorted, no duplicates), each times ``scale[spos[p]]``
+    at entry ``p`` when ``scale`` is given (``spos`` defaults to ``M``'s own entry order).
 
     Example: see the module docstring.
     """
-    pos = np.full(max(B.shape[1], 1), -1, dtype=np.int64)
+    n_cols = max(B.shape[1], 1)
     sc = np.empty(0, dtype=out.dtype) if scale is None else scale
     sp_ = np.empty(0, dtype=np.int64) if scale is None else \
         np.arange(M.nnz, dtype=np.int64) if spos is None else spos
     _masked(A.indptr, A.indices, A.data, B.indptr, B.indices, B.data, M.indptr, M.indices,
-            sc, sp_, out, pos, r0, r1)
+            sc, sp_, out, np.zeros(n_cols, dtype=np.uint8), np.zeros(n_cols, dtype=out.dtype),
+            np.empty(HIT_BLOCK, dtype=np.int64), r0, r1, HIT_RATE_BRANCH_FREE)
 
 
 class MaskedRows:
