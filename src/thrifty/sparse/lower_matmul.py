@@ -265,10 +265,15 @@ def _lower_masked_spgemm(b: Builder, node: Node, va: Value, vb: Value,
     # the dot-product form merges a row of A with a column of B per mask entry
     bcol = np.bincount(Sb.indices, minlength=Sb.shape[1]).astype(np.float64)
     arow = np.diff(Sa.indptr).astype(np.float64)
-    prow = np.repeat(np.arange(P.shape[0]), np.diff(P.indptr))
-    dot_cum = np.concatenate([[0.0], np.cumsum(arow[prow] + bcol[P.indices])])[P.indptr]
-    dot = float(dot_cum[-1]) + 4.0 * Sb.nnz < 0.7 * visits
-    work = dot_cum if dot else cum
+    # its total first (per mask row: A's row length times the row's entries, plus B's
+    # column lengths); the per-row sums only where the dot form is taken
+    pcount = np.diff(P.indptr)
+    dot_total = float(arow @ pcount) + float(bcol[P.indices].sum())
+    dot = dot_total + 4.0 * Sb.nnz < 0.7 * visits
+    work = cum
+    if dot:
+        prow = np.repeat(np.arange(P.shape[0]), pcount)
+        work = np.concatenate([[0.0], np.cumsum(arow[prow] + bcol[P.indices])])[P.indptr]
     reads = [va.buffer, vb.buffer]
     spos = None
     if dot:
