@@ -302,6 +302,7 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
     names = list(PLANNERS) if method == "auto" else [method]
     candidates: dict[str, float] = {}
     best: tuple[float, str, Plan] | None = None
+    best_est = None
     optimal = proven = False
     for name in names:
         if method == "auto" and _skip(name, g, best, bw, use_milp):
@@ -318,7 +319,7 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
             raise PlanError(f"planner {name!r} made a plan of peak {est.peak} > budget {b}")
         candidates[name] = est.makespan
         if best is None or est.makespan < best[0] - 1e-12 * max(1.0, est.makespan):
-            best = (est.makespan, name, p)
+            best, best_est = (est.makespan, name, p), est
             # Proven only when no time is lost: every plan computes each task once at least.
             optimal = est.makespan <= total * (1 + 1e-12)
         if method == "auto" and optimal and math.isclose(best[0], total):
@@ -332,9 +333,9 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
         name = "evict"
         candidates["smallest"] = estimate(g, p.steps, bw).makespan
         optimal = candidates["smallest"] <= total * (1 + 1e-12)
-        best = (candidates["smallest"], name, p)
+        best, best_est = (candidates["smallest"], name, p), None
     makespan, name, p = best
-    est = estimate(g, p.steps, bw)
+    est = best_est if best_est is not None else estimate(g, p.steps, bw)
     info: dict[str, Any] = dict(p.info)
     if "optimal" in info:  # the planner's own claim, within its plan space
         info["planner_optimal"] = info.pop("optimal")
