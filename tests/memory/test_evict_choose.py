@@ -26,8 +26,8 @@ from thrifty.memory import simulate
 from thrifty.memory.budget import evict as E
 from thrifty.memory.budget import lower_bound, plan
 from thrifty.memory.budget.evict import NoRoom, Policy, cpu_bound, evict_plan, passes_of
-from thrifty.memory.budget.refine import _hoist, _score, local_search
-from thrifty.memory.budget.replay import estimate
+from thrifty.memory.budget.refine import _hoist, _score, hoist_prefetches, local_search
+from thrifty.memory.budget.replay import estimate, memo, recall, remembered
 from thrifty.memory.order.generate import nn_like
 
 
@@ -190,3 +190,28 @@ def test_plan_at_scale_replays_within_budget() -> None:
         assert r.peak <= p.budget
         assert math.isclose(r.makespan / g.total_time() - 1.0, p.info["overhead"],
                             rel_tol=1e-9, abs_tol=1e-12)
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_remembered_replays_and_hoists_equal_fresh_ones(seed: int) -> None:
+    """Within ``remembered`` (as in ``plan``), a repeated replay or hoist of the same steps
+    returns what a fresh one computes; a tuple equal but not identical is replayed anew."""
+    rng = random.Random(seed)
+    g = random_graph(rng, 30)
+    order = list(g.order)
+    bw = rng.choice([0.5, 3.0, 50.0])
+    budget = int(0.5 * (lower_bound(g) + simulate(g, order).peak))
+    try:
+        p = evict_plan(g, order, budget, bw, Policy())
+    except NoRoom:
+        return
+    fresh_est, fresh_hoist = estimate(g, p.steps, bw), hoist_prefetches(g, p, budget, bw)
+    with remembered():
+        for _ in range(2):
+            assert estimate(g, p.steps, bw) == fresh_est
+            assert hoist_prefetches(g, p, budget, bw).steps == fresh_hoist.steps
+            assert _hoist(g, p, budget, bw)[0].budget == p.budget
+        assert estimate(g, tuple(p.steps), bw) == fresh_est
+        assert estimate(g, p.steps, None) == estimate(g, list(p.steps), None)
+        other = E.Plan(tuple(reversed(p.steps)))  # another plan: never the remembered one
+        assert recall(memo() or {}, "estimate", (g, other.steps), bw) is None

@@ -50,7 +50,7 @@ from thrifty.memory.budget.bounds import (
 )
 from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan, passes_of, time_bound
 from thrifty.memory.budget.refine import hoist_prefetches, local_search
-from thrifty.memory.budget.replay import estimate
+from thrifty.memory.budget.replay import estimate, remembered
 from thrifty.memory.model import Plan
 from thrifty.memory.schedule import schedule
 from thrifty.sizes import is_fraction
@@ -265,7 +265,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     0.0
     """
     g = as_taskgraph(g)
-    with passes_of(g):  # the planners of "auto" share their identical eviction passes
+    # the planners of "auto" share their identical eviction passes and replays
+    with passes_of(g), remembered():
         return _plan(g, budget, offload_bandwidth, recompute, method, time_limit, order, seed,
                      no_offload, use_milp)
 

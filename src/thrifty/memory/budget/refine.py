@@ -19,8 +19,8 @@ from dataclasses import replace
 
 from thrifty.graph.taskgraph import TaskGraph
 from thrifty.memory.budget.evict import NoRoom, Policy, cpu_bound, evict_plan
-from thrifty.memory.budget.replay import Estimate, estimate
-from thrifty.memory.model import Plan
+from thrifty.memory.budget.replay import Estimate, estimate, memo, recall, remember
+from thrifty.memory.model import Plan, Step
 
 __all__ = ["hoist_prefetches", "local_search"]
 
@@ -50,6 +50,23 @@ def _hoist(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None
     (``None`` when it returned ``plan`` without replaying it)."""
     if bandwidth is None or not any(s.op == "prefetch" for s in plan.steps):
         return plan, None
+    store = memo()
+    if store is not None:  # the same steps hoisted before within this planning call
+        hit = recall(store, "hoist", (g, plan.steps), budget, bandwidth)
+        if isinstance(hit, tuple):
+            new_steps: tuple[Step, ...] = hit
+            return replace(plan, steps=new_steps), estimate(g, new_steps, bandwidth)
+        if hit is False:
+            return plan, estimate(g, plan.steps, bandwidth)
+    new, est = _hoist_once(g, plan, budget, bandwidth)
+    if store is not None:
+        remember(store, "hoist", (g, plan.steps), budget, bandwidth,
+                 value=False if new is plan else new.steps)
+    return new, est
+
+
+def _hoist_once(g: TaskGraph, plan: Plan, budget: int, bandwidth: float
+                ) -> tuple[Plan, Estimate]:
     old_e = estimate(g, plan.steps, bandwidth)
     steps = list(plan.steps)
     during = list(old_e.during)
