@@ -3,7 +3,7 @@
 On graphs of growing size, of one family (``--family``): random layered DAGs
 (:func:`thrifty.memory.order.generate.random_layered`, width 24, the shape of the schedule
 benchmark's generated graphs; the default) or NN-like training graphs
-(:func:`thrifty.memory.order.generate.nn_like`, ``(n - 2) // 4`` residual blocks, seeded by
+(:func:`thrifty.memory.order.generate.nn_like`, ``(n + 2) // 4`` residual blocks, seeded by
 the block count as in ``memory_plan.py``: 12,500 blocks make the 50,002-task graph), times
 :func:`thrifty.memory.schedule` (``time_limit`` small: the heuristics, bounds and
 reductions are what grows) and :func:`thrifty.memory.budget.plan` at a budget of
@@ -57,7 +57,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 def make(family: str, n: int) -> TaskGraph:
     """The graph of ``family`` with about ``n`` tasks."""
     if family == "nn_like":
-        blocks = max(1, (n - 2) // 4)
+        blocks = max(1, (n + 2) // 4)  # 4 blocks + 2 tasks: 50,000 -> the 50,002-task graph
         return nn_like(blocks, seed=blocks)
     return random_layered(n, width=24, seed=n)
 
