@@ -23,11 +23,10 @@ import math
 import random
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from thrifty.graph.taskgraph import TaskGraph
+from thrifty.memory.budget.passes import SESSION, TIMED_OUT, cpu_bound, passes_of, time_bound
 from thrifty.memory.model import Plan, Step
 
 __all__ = ["NoRoom", "Policy", "cpu_bound", "evict_plan", "passes_of", "time_bound"]
@@ -99,7 +98,7 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     >>> [s.op for s in evict_plan(g, ["a", "b"], 12, None, Policy()).steps]
     ['compute', 'compute', 'free']
     """
-    s = _SESSION.get()
+    s = SESSION.get()
     if s is None or s.graph is not g:
         return _Builder(g, order, budget, bandwidth, policy, None).build()
     key = (tuple(order), budget, bandwidth if policy.offload else None, _policy_key(policy))
@@ -112,7 +111,7 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
         try:
             hit = _Builder(g, order, budget, bandwidth, policy, deadline, cpu_deadline).build()
         except NoRoom as e:
-            if str(e) == _TIMED_OUT and (deadline is not None or cpu_deadline is not None):
+            if str(e) == TIMED_OUT and (deadline is not None or cpu_deadline is not None):
                 raise  # not a property of the pass: never remembered
             hit = e
         if len(s.memo) >= _MEMO_SIZE:
@@ -123,73 +122,9 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     return hit
 
 
-# -- one planning call's passes: identical passes run once, and an optional time bound ----
-
-_TIMED_OUT = "the pass ran out of its time bound"
-
-
-@dataclass(slots=True)
-class _Session:
-    graph: TaskGraph
-    memo: dict[tuple[object, ...], Plan | NoRoom] = field(default_factory=dict)
-    deadline: float | None = None  # time.perf_counter()
-    cpu_deadline: float | None = None  # time.process_time()
-
-
-_SESSION: ContextVar[_Session | None] = ContextVar("thrifty_evict_session", default=None)
-
-
 def _policy_key(p: Policy) -> tuple[object, ...]:
     return (p.lookahead, p.recompute, p.offload, frozenset(p.force.items()), p.checkpoints,
             p.forward, p.evict, p.seed, p.max_work)
-
-
-@contextmanager
-def passes_of(g: TaskGraph) -> Iterator[None]:
-    """Within this block, a pass of :func:`evict_plan` on ``g`` repeated with the same order,
-    budget, bandwidth and policy (``method="auto"`` runs several planners that start from
-    the same pass) returns the first one's plan, or raises its :class:`NoRoom` again."""
-    token = _SESSION.set(_Session(g))
-    try:
-        yield
-    finally:
-        _SESSION.reset(token)
-
-
-@contextmanager
-def time_bound(seconds: float) -> Iterator[None]:
-    """Within this block (and inside :func:`passes_of`), a pass that may evict and runs past
-    ``seconds`` gives up (:class:`NoRoom`): for searches whose passes may fail early, such
-    as the search for the smallest feasible budget."""
-    s = _SESSION.get()
-    if s is None:
-        yield
-        return
-    before = s.deadline
-    s.deadline = time.perf_counter() + seconds
-    try:
-        yield
-    finally:
-        s.deadline = before
-
-
-@contextmanager
-def cpu_bound(deadline: float) -> Iterator[None]:
-    """Within this block (and inside :func:`passes_of`), a pass that may evict and is still
-    running when this process's CPU time (``time.process_time()``) passes ``deadline``
-    gives up (:class:`NoRoom`): for a search with a CPU time limit, such as the local
-    search of :mod:`thrifty.memory.budget.refine`, whose passes on a large graph take
-    seconds each."""
-    s = _SESSION.get()
-    if s is None:
-        yield
-        return
-    before = s.cpu_deadline
-    s.cpu_deadline = deadline if before is None else min(before, deadline)
-    try:
-        yield
-    finally:
-        s.cpu_deadline = before
 
 
 class _Resident:
@@ -665,7 +600,7 @@ class _Builder:
         if not self.issued & 255 and (
                 (self.deadline is not None and time.perf_counter() > self.deadline)
                 or (self.cpu_deadline is not None and time.process_time() > self.cpu_deadline)):
-            raise NoRoom(_TIMED_OUT)
+            raise NoRoom(TIMED_OUT)
         task = self.g.tasks[t]
         start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
         end = start + task.time
