@@ -50,7 +50,7 @@ from thrifty.memory.budget.bounds import (
 )
 from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan, passes_of, time_bound
 from thrifty.memory.budget.refine import hoist_prefetches, local_search
-from thrifty.memory.budget.replay import estimate
+from thrifty.memory.budget.replay import estimate, remembered
 from thrifty.memory.model import Plan
 from thrifty.memory.schedule import schedule
 from thrifty.sizes import is_fraction
@@ -265,7 +265,8 @@ def plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | Non
     0.0
     """
     g = as_taskgraph(g)
-    with passes_of(g):  # the planners of "auto" share their identical eviction passes
+    # the planners of "auto" share their identical eviction passes and replays
+    with passes_of(g), remembered():
         return _plan(g, budget, offload_bandwidth, recompute, method, time_limit, order, seed,
                      no_offload, use_milp)
 
@@ -302,6 +303,7 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
     names = list(PLANNERS) if method == "auto" else [method]
     candidates: dict[str, float] = {}
     best: tuple[float, str, Plan] | None = None
+    best_est = None
     optimal = proven = False
     for name in names:
         if method == "auto" and _skip(name, g, best, bw, use_milp):
@@ -318,7 +320,7 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
             raise PlanError(f"planner {name!r} made a plan of peak {est.peak} > budget {b}")
         candidates[name] = est.makespan
         if best is None or est.makespan < best[0] - 1e-12 * max(1.0, est.makespan):
-            best = (est.makespan, name, p)
+            best, best_est = (est.makespan, name, p), est
             # Proven only when no time is lost: every plan computes each task once at least.
             optimal = est.makespan <= total * (1 + 1e-12)
         if method == "auto" and optimal and math.isclose(best[0], total):
@@ -332,9 +334,9 @@ def _plan(g: TaskGraph, budget: int | float | str, offload_bandwidth: float | No
         name = "evict"
         candidates["smallest"] = estimate(g, p.steps, bw).makespan
         optimal = candidates["smallest"] <= total * (1 + 1e-12)
-        best = (candidates["smallest"], name, p)
+        best, best_est = (candidates["smallest"], name, p), None
     makespan, name, p = best
-    est = estimate(g, p.steps, bw)
+    est = best_est if best_est is not None else estimate(g, p.steps, bw)
     info: dict[str, Any] = dict(p.info)
     if "optimal" in info:  # the planner's own claim, within its plan space
         info["planner_optimal"] = info.pop("optimal")

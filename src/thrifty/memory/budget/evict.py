@@ -23,14 +23,13 @@ import math
 import random
 import time
 from collections.abc import Hashable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 from thrifty.graph.taskgraph import TaskGraph
+from thrifty.memory.budget.passes import SESSION, TIMED_OUT, cpu_bound, passes_of, time_bound
 from thrifty.memory.model import Plan, Step
 
-__all__ = ["NoRoom", "Policy", "evict_plan", "passes_of", "time_bound"]
+__all__ = ["NoRoom", "Policy", "cpu_bound", "evict_plan", "passes_of", "time_bound"]
 
 _EPS = 1e-9
 _SCAN_LIMIT = 64
@@ -99,18 +98,20 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     >>> [s.op for s in evict_plan(g, ["a", "b"], 12, None, Policy()).steps]
     ['compute', 'compute', 'free']
     """
-    s = _SESSION.get()
+    s = SESSION.get()
     if s is None or s.graph is not g:
         return _Builder(g, order, budget, bandwidth, policy, None).build()
     key = (tuple(order), budget, bandwidth if policy.offload else None, _policy_key(policy))
     hit = s.memo.get(key)
     if hit is None:
         # Only passes that evict may run out of time (a plain replay always completes).
-        deadline = s.deadline if policy.evict and (policy.recompute or policy.offload) else None
+        bounded = policy.evict and (policy.recompute or policy.offload)
+        deadline = s.deadline if bounded else None
+        cpu_deadline = s.cpu_deadline if bounded else None
         try:
-            hit = _Builder(g, order, budget, bandwidth, policy, deadline).build()
+            hit = _Builder(g, order, budget, bandwidth, policy, deadline, cpu_deadline).build()
         except NoRoom as e:
-            if deadline is not None and str(e) == _TIMED_OUT:
+            if str(e) == TIMED_OUT and (deadline is not None or cpu_deadline is not None):
                 raise  # not a property of the pass: never remembered
             hit = e
         if len(s.memo) >= _MEMO_SIZE:
@@ -121,53 +122,9 @@ def evict_plan(g: TaskGraph, order: Sequence[Hashable], budget: int,
     return hit
 
 
-# -- one planning call's passes: identical passes run once, and an optional time bound ----
-
-_TIMED_OUT = "the pass ran out of its time bound"
-
-
-@dataclass(slots=True)
-class _Session:
-    graph: TaskGraph
-    memo: dict[tuple[object, ...], Plan | NoRoom] = field(default_factory=dict)
-    deadline: float | None = None
-
-
-_SESSION: ContextVar[_Session | None] = ContextVar("thrifty_evict_session", default=None)
-
-
 def _policy_key(p: Policy) -> tuple[object, ...]:
     return (p.lookahead, p.recompute, p.offload, frozenset(p.force.items()), p.checkpoints,
             p.forward, p.evict, p.seed, p.max_work)
-
-
-@contextmanager
-def passes_of(g: TaskGraph) -> Iterator[None]:
-    """Within this block, a pass of :func:`evict_plan` on ``g`` repeated with the same order,
-    budget, bandwidth and policy (``method="auto"`` runs several planners that start from
-    the same pass) returns the first one's plan, or raises its :class:`NoRoom` again."""
-    token = _SESSION.set(_Session(g))
-    try:
-        yield
-    finally:
-        _SESSION.reset(token)
-
-
-@contextmanager
-def time_bound(seconds: float) -> Iterator[None]:
-    """Within this block (and inside :func:`passes_of`), a pass that may evict and runs past
-    ``seconds`` gives up (:class:`NoRoom`): for searches whose passes may fail early, such
-    as the search for the smallest feasible budget."""
-    s = _SESSION.get()
-    if s is None:
-        yield
-        return
-    before = s.deadline
-    s.deadline = time.perf_counter() + seconds
-    try:
-        yield
-    finally:
-        s.deadline = before
 
 
 class _Resident:
@@ -255,9 +212,10 @@ class _Pins:
 
 class _Builder:
     def __init__(self, g: TaskGraph, order: Sequence[Hashable], budget: int,
-                 bandwidth: float | None, policy: Policy, deadline: float | None) -> None:
+                 bandwidth: float | None, policy: Policy, deadline: float | None,
+                 cpu_deadline: float | None = None) -> None:
         self.g, self.order, self.budget, self.policy = g, list(order), budget, policy
-        self.deadline = deadline
+        self.deadline, self.cpu_deadline = deadline, cpu_deadline
         self.bw = bandwidth if (policy.offload and bandwidth is not None) else None
         self.size = {b: buf.size for b, buf in g.buffers.items()}
         self.prod = {b: buf.producer for b, buf in g.buffers.items()}
@@ -270,6 +228,7 @@ class _Builder:
         self.cum = [0.0]
         for t in self.order:
             self.cum.append(self.cum[-1] + g.tasks[t].time)
+        self.finite = math.isfinite(self.cum[-1])  # choose()'s bounds assume finite costs
         self.fwd_last: dict[Hashable, int] = {}
         if policy.checkpoints is not None:
             for b in g.buffers:
@@ -425,8 +384,7 @@ class _Builder:
     def make_room(self, need: int) -> None:
         while self.mem + need > self.budget:
             choice = self.choose()
-            if choice is None and len(self.resident) > _SCAN_LIMIT:
-                # the candidates were a sample: every resident buffer before giving up
+            if choice is None and len(self.resident) > _SCAN_LIMIT:  # sampled: try them all
                 choice = self.choose(every=True)
             if choice is None:
                 raise NoRoom(f"needs {self.mem + need} bytes at task "
@@ -477,6 +435,93 @@ class _Builder:
         heapq.heappush(self.heap, (key, self.tick, b))
 
     def choose(self, every: bool = False) -> tuple[Hashable, str] | None:
+        """What to evict next: a dead buffer if a candidate is one (the first in candidate
+        order), else the candidate of least ``(cost + ε) / (size * distance)``, ties to the
+        first in candidate order; ``None`` when nothing may be evicted.
+
+        The same choice as :meth:`choose_plain`, which scores every candidate in full, with
+        less work: a first sweep takes each candidate's distance and a lower bound of its
+        cost (the producer's time for a recompute, which only adds the times of evicted
+        inputs; ``back + 0.01 x`` for an offload, which only adds a stall), then candidates
+        are scored in order of their bound's score, and the sweep stops at the first bound
+        above the best score found (ties by candidate order). Rounding is monotone, so a
+        bound computed in floating point stays below the score it bounds.
+        """
+        if not self.finite:
+            return self.choose_plain(every)
+        pol = self.policy
+        force, size, results, uses, cum = pol.force, self.size, self.results, self.uses, self.cum
+        prod, tasks, until = self.prod, self.g.tasks, self.input_until
+        cur, lookahead, recompute, bw, evict = (self.cur, pol.lookahead, pol.recompute,
+                                                 self.bw, pol.evict)
+        inf_bw = bw is not None and math.isinf(bw)
+        left, right = bisect.bisect_left, bisect.bisect_right
+        here = cum[cur + 1]
+        rows: list[tuple[float, int, Hashable, float, bool, bool]] = []
+        for idx, b in enumerate(self.candidates(every)):
+            how = force.get(b)
+            sb = size[b]
+            if how == "keep" or sb == 0:
+                continue
+            u = uses[b]
+            k = left(u, cur)
+            now = k < len(u) and u[k] == cur
+            if now:
+                k = right(u, cur)
+            nu = u[k] if k < len(u) else None
+            p = prod[b]
+            if (nu is None and not now and (p is not None or until.get(b, -1) <= cur)
+                    and b not in results):
+                return b, "free"
+            if not evict:
+                continue
+            if lookahead:
+                if now:
+                    dist = _EPS
+                elif nu is not None:
+                    dist = cum[nu] - here + _EPS + (nu - cur) * _EPS
+                else:
+                    dist = cum[-1] - here + _EPS + len(self.order) * _EPS
+            else:
+                dist = float(cur - self.touch.get(b, 0) + 1)
+            if b in results:
+                how = "offload"
+            lb = math.inf
+            rc = recompute and how != "offload" and p is not None
+            if rc:
+                lb = tasks[p].time
+            off = bw is not None and how != "free"
+            if bw is not None and off:
+                x = 0.0 if inf_bw else sb / bw
+                low = (max(0.0, x - dist) if lookahead else x) + 0.01 * x
+                if low < lb:
+                    lb = low
+            if rc or off:
+                rows.append(((lb + _EPS) / (sb * dist), idx, b, dist, rc, off))
+        rows.sort()  # (bound score, candidate index): the indices differ, so b is never compared
+        best: tuple[float, int, Hashable, str] | None = None
+        for low_score, idx, b, dist, rc, off in rows:
+            if best is not None and (low_score > best[0]
+                                     or (low_score == best[0] and idx > best[1])):
+                break
+            cost, kind = math.inf, ""
+            if rc:
+                cost, kind = self.recompute_cost(b), "free"
+            if off:
+                c = self.offload_cost(b, dist)
+                if c < cost:
+                    cost, kind = c, "offload"
+            if not kind:
+                continue
+            score = (cost + _EPS) / (size[b] * dist)
+            if best is None or score < best[0] or (score == best[0] and idx < best[1]):
+                best = (score, idx, b, kind)
+        return None if best is None else (best[2], best[3])
+
+    def choose_plain(self, every: bool = False) -> tuple[Hashable, str] | None:
+        """:meth:`choose` scoring every candidate in full: the definition :meth:`choose`
+        must agree with (the tests compare their plans), and its fall-back when a task's
+        time is not finite (its bounds assume finite costs)."""
         best: tuple[float, Hashable, str] | None = None
         pol = self.policy
         force, size, results, uses, cum = pol.force, self.size, self.results, self.uses, self.cum
@@ -554,9 +599,10 @@ class _Builder:
         if self.issued > self.work_cap * (self.cur + 1) + 64:
             raise NoRoom(f"more than {self.policy.max_work} computes per task: eviction "
                          "thrashes at this budget")
-        if (self.deadline is not None and not self.issued & 255
-                and time.perf_counter() > self.deadline):
-            raise NoRoom(_TIMED_OUT)
+        if not self.issued & 255 and (
+                (self.deadline is not None and time.perf_counter() > self.deadline)
+                or (self.cpu_deadline is not None and time.process_time() > self.cpu_deadline)):
+            raise NoRoom(TIMED_OUT)
         task = self.g.tasks[t]
         start = max([self.compute_end, self.release_at] + [self.ready[b] for b in task.reads])
         end = start + task.time

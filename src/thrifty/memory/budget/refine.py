@@ -18,9 +18,9 @@ from collections.abc import Hashable, Sequence
 from dataclasses import replace
 
 from thrifty.graph.taskgraph import TaskGraph
-from thrifty.memory.budget.evict import NoRoom, Policy, evict_plan
-from thrifty.memory.budget.replay import estimate
-from thrifty.memory.model import Plan
+from thrifty.memory.budget.evict import NoRoom, Policy, cpu_bound, evict_plan
+from thrifty.memory.budget.replay import Estimate, estimate, memo, recall, remember
+from thrifty.memory.model import Plan, Step
 
 __all__ = ["hoist_prefetches", "local_search"]
 
@@ -41,10 +41,36 @@ def hoist_prefetches(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | N
     >>> hoist_prefetches(g, p, 8, None) is p
     True
     """
+    return _hoist(g, plan, budget, bandwidth)[0]
+
+
+def _hoist(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None
+           ) -> tuple[Plan, Estimate | None]:
+    """:func:`hoist_prefetches`, and the estimate of the plan it returns when it made one
+    (``None`` when it returned ``plan`` without replaying it)."""
     if bandwidth is None or not any(s.op == "prefetch" for s in plan.steps):
-        return plan
+        return plan, None
+    store = memo()
+    if store is not None:  # the same steps hoisted before within this planning call
+        hit = recall(store, "hoist", (g, plan.steps), budget, bandwidth)
+        if isinstance(hit, tuple):
+            new_steps: tuple[Step, ...] = hit
+            return replace(plan, steps=new_steps), estimate(g, new_steps, bandwidth)
+        if hit is False:
+            return plan, estimate(g, plan.steps, bandwidth)
+    new, est = _hoist_once(g, plan, budget, bandwidth)
+    if store is not None:
+        remember(store, "hoist", (g, plan.steps), budget, bandwidth,
+                 value=False if new is plan else new.steps)
+    return new, est
+
+
+def _hoist_once(g: TaskGraph, plan: Plan, budget: int, bandwidth: float
+                ) -> tuple[Plan, Estimate]:
+    old_e = estimate(g, plan.steps, bandwidth)
     steps = list(plan.steps)
-    during = list(estimate(g, steps, bandwidth).during)
+    during = list(old_e.during)
+    moved = False
     size = {b: buf.size for b, buf in g.buffers.items()}
     j = 0
     while j < len(steps):
@@ -69,17 +95,20 @@ def hoist_prefetches(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | N
                 hidden += g.tasks[prev.target].time
             k -= 1
         if k < j:
+            moved = True
             steps.insert(k, steps.pop(j))
             during.pop(j)
             for i in range(k, j):
                 during[i] += size[b]
             during.insert(k, (during[k - 1] if k > 0 else 0) + size[b])
         j += 1
+    if not moved:
+        return plan, old_e
     new = replace(plan, steps=tuple(steps))
-    old_e, new_e = estimate(g, plan.steps, bandwidth), estimate(g, new.steps, bandwidth)
+    new_e = estimate(g, new.steps, bandwidth)
     if new_e.peak <= budget and new_e.makespan <= old_e.makespan:
-        return new
-    return plan
+        return new, new_e
+    return plan, old_e
 
 
 def _score(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None
@@ -87,8 +116,9 @@ def _score(g: TaskGraph, plan: Plan, budget: int, bandwidth: float | None
     """The plan with its prefetches hoisted, its makespan, and the bytes in use summed over
     its steps (the tie-break: of two plans of one makespan, the one holding less memory
     leaves more room to the next move)."""
-    plan = hoist_prefetches(g, plan, budget, bandwidth)
-    est = estimate(g, plan.steps, bandwidth)
+    plan, est = _hoist(g, plan, budget, bandwidth)
+    if est is None:
+        est = estimate(g, plan.steps, bandwidth)
     return plan, est.makespan, sum(est.during)
 
 
@@ -122,9 +152,17 @@ def local_search(g: TaskGraph, order: Sequence[Hashable], budget: int,
     seconds, it restarts from the best plan with a few decisions changed at random (an
     iterated local search), until the time is up, five restarts in a row found nothing
     better, or the plan has no overhead left (its makespan is the tasks' total time); the
-    best plan found is returned.
+    best plan found is returned. Inside :func:`~thrifty.memory.budget.evict.passes_of` (as
+    in :func:`thrifty.memory.budget.plan`), a pass still running at the time limit gives
+    up, so that the search ends within about one check interval of its limit.
     """
     deadline = time.process_time() + time_limit
+    with cpu_bound(deadline):  # a pass still running at the deadline gives up
+        return _search(g, order, budget, bandwidth, policy, start, deadline, seed)
+
+
+def _search(g: TaskGraph, order: Sequence[Hashable], budget: int, bandwidth: float | None,
+            policy: Policy, start: Plan, deadline: float, seed: int) -> Plan:
     rng = random.Random(seed)
     cur = _descend(g, order, budget, bandwidth, policy, dict(policy.force),
                    _score(g, start, budget, bandwidth), deadline, rng)
