@@ -163,17 +163,28 @@ def test_local_search_past_its_limit_returns_a_plan_within_the_budget() -> None:
     assert simulate(g, p).peak <= budget
 
 
-@pytest.mark.parametrize("seed", range(20))
-def test_hoist_returns_the_estimate_of_the_plan_it_returns(seed: int) -> None:
+def _offload_case(seed: int, recompute: bool | None = None):
+    """A random graph of 30 tasks, a copy bandwidth and a budget halfway between its lower
+    bound and its order's peak, with an eviction plan there (``None`` when there is none);
+    ``recompute`` drawn from the seed when not given."""
     rng = random.Random(seed)
     g = random_graph(rng, 30)
     order = list(g.order)
     bw = rng.choice([0.5, 3.0, 50.0])
     budget = int(0.5 * (lower_bound(g) + simulate(g, order).peak))
+    rc = rng.random() < 0.5 if recompute is None else recompute
     try:
-        p = evict_plan(g, order, budget, bw, Policy(recompute=rng.random() < 0.5))
+        return g, bw, budget, evict_plan(g, order, budget, bw, Policy(recompute=rc))
     except NoRoom:
+        return None
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_hoist_returns_the_estimate_of_the_plan_it_returns(seed: int) -> None:
+    case = _offload_case(seed)
+    if case is None:
         return
+    g, bw, budget, p = case
     hoisted, est = _hoist(g, p, budget, bw)
     if est is not None:
         assert est == estimate(g, hoisted.steps, bw)
@@ -196,15 +207,10 @@ def test_plan_at_scale_replays_within_budget() -> None:
 def test_remembered_replays_and_hoists_equal_fresh_ones(seed: int) -> None:
     """Within ``remembered`` (as in ``plan``), a repeated replay or hoist of the same steps
     returns what a fresh one computes; a tuple equal but not identical is replayed anew."""
-    rng = random.Random(seed)
-    g = random_graph(rng, 30)
-    order = list(g.order)
-    bw = rng.choice([0.5, 3.0, 50.0])
-    budget = int(0.5 * (lower_bound(g) + simulate(g, order).peak))
-    try:
-        p = evict_plan(g, order, budget, bw, Policy())
-    except NoRoom:
+    case = _offload_case(seed, recompute=True)
+    if case is None:
         return
+    g, bw, budget, p = case
     fresh_est, fresh_hoist = estimate(g, p.steps, bw), hoist_prefetches(g, p, budget, bw)
     with remembered():
         for _ in range(2):
